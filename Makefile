@@ -1,0 +1,39 @@
+# Inlet: two commands matter — `make demo` and `make test`. Both install first.
+SHELL := /bin/bash
+PYTHON ?= python3
+UV_VERSION := 0.13.8
+TOOLS := .tools
+UV := $(TOOLS)/bin/uv
+VENV := .venv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
+
+.PHONY: install demo test check lint typecheck unit clean
+
+# Bootstrap uv into a private tools venv (works where the system pip is externally managed),
+# then install the whole workspace from the lock file into .venv.
+$(UV):
+	@$(PYTHON) -m venv $(TOOLS) 2>/dev/null && $(TOOLS)/bin/pip install -q --disable-pip-version-check uv==$(UV_VERSION) \
+	  || { rm -rf $(TOOLS); mkdir -p $(TOOLS)/bin $(TOOLS)/pkgs; \
+	       $(PYTHON) -m pip install -q --disable-pip-version-check --target $(TOOLS)/pkgs uv==$(UV_VERSION) && \
+	       ln -sf ../pkgs/bin/uv $(UV); }
+
+install: $(UV)
+	$(UV) sync --locked --all-packages --python $(PYTHON)
+	@test -x $(VENV)/bin/inlet
+
+demo: install
+	$(VENV)/bin/python -m inlet.services.demo
+
+check: install
+	$(VENV)/bin/ruff check core proto services tests benchmarks
+	$(VENV)/bin/ruff format --check core proto services tests benchmarks
+	$(VENV)/bin/mypy core/src/inlet/core
+	$(VENV)/bin/mypy services/src/inlet/services
+	$(VENV)/bin/python tests/check_layering.py
+
+test: install check
+	$(VENV)/bin/python -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

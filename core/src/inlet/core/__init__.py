@@ -1,0 +1,58 @@
+"""``inlet.core``: Apache Hudi (table version 8) tables for Python — engine-neutral, no services.
+
+The entry point is :class:`HudiTable`; see its ``create``, ``open``, ``write`` and ``read``.
+"""
+
+from inlet.core.commit import CommitProtocol, LocalCommitProtocol
+from inlet.core.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.config import (
+    BulkInsertSortMode,
+    IndexType,
+    KeyGeneratorType,
+    MergeMode,
+    TableType,
+    WriteOperation,
+)
+from inlet.core.errors import (
+    CommitConflictError,
+    CorruptFileError,
+    InletError,
+    InstantNotFoundError,
+    InvalidConfigError,
+    InvalidInputError,
+    SchemaError,
+    TableExistsError,
+    TableNotFoundError,
+    UnsupportedError,
+)
+from inlet.core.instant import Instant, State
+from inlet.core.keys import TimestampPartitioning
+from inlet.core.table import CommitResult, HudiTable
+
+__all__ = [
+    "BulkInsertSortMode",
+    "CommitConflictError",
+    "CommitMetadata",
+    "CommitProtocol",
+    "CommitResult",
+    "CorruptFileError",
+    "HudiTable",
+    "IndexType",
+    "InletError",
+    "Instant",
+    "InstantNotFoundError",
+    "InvalidConfigError",
+    "InvalidInputError",
+    "KeyGeneratorType",
+    "LocalCommitProtocol",
+    "MergeMode",
+    "SchemaError",
+    "State",
+    "TableExistsError",
+    "TableNotFoundError",
+    "TableType",
+    "TimestampPartitioning",
+    "UnsupportedError",
+    "WriteOperation",
+    "WriteStat",
+]

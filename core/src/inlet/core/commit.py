@@ -1,0 +1,127 @@
+"""The commit protocol: how an instant is begun, marked inflight and completed.
+
+:class:`CommitProtocol` is the interface the writers use; :class:`LocalCommitProtocol` is the
+in-process implementation (table lock + clock). The gRPC coordinator client in
+``inlet.services`` is the other implementation.
+
+Completion is atomic: the completed instant file appears in one rename, after a conflict check
+(optimistic concurrency: a commit fails if an instant that completed after this one began
+touched the same file groups) under the table lock.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime as dt
+import time
+
+from inlet.core.commit_metadata import CommitMetadata
+from inlet.core.errors import CommitConflictError
+from inlet.core.instant import Action, Instant, State, format_instant_time
+from inlet.core.locks import table_lock
+from inlet.core.storage import Storage
+from inlet.core.timeline import Timeline
+
+
+def now_instant_time() -> str:
+    return format_instant_time(dt.datetime.now(dt.UTC).replace(tzinfo=None))
+
+
+def next_instant_time(after: str | None) -> str:
+    """A time strictly after ``after`` on the wall clock: wait for the clock rather than invent one."""
+    t = now_instant_time()
+    while after is not None and t <= after:
+        time.sleep(0.001)
+        t = now_instant_time()
+    return t
+
+
+class CommitProtocol(abc.ABC):
+    """How writers obtain instant times and complete instants on one table."""
+
+    @abc.abstractmethod
+    def begin(self, action: str, requested_content: bytes = b"") -> Instant:
+        """Issue a new instant time and write ``<t>.<action>.requested``."""
+
+    @abc.abstractmethod
+    def set_inflight(self, instant: Instant, content: bytes = b"") -> Instant:
+        """Write the inflight file (with the planned write for early conflict detection)."""
+
+    @abc.abstractmethod
+    def complete(self, instant: Instant, metadata: CommitMetadata) -> Instant:
+        """Check conflicts, assign the completion time and write the completed instant."""
+
+    @abc.abstractmethod
+    def finish(self, instant: Instant, content: bytes) -> Instant:
+        """Complete a table-service instant (rollback, clean...) without a conflict check."""
+
+    @abc.abstractmethod
+    def timeline(self) -> Timeline:
+        """A fresh view of the table's timeline."""
+
+
+def find_conflicts(
+    timeline: Timeline, instant: Instant, metadata: CommitMetadata
+) -> list[tuple[Instant, set[tuple[str, str]]]]:
+    """Instants that completed after ``instant`` began and touched the same file groups."""
+    mine = metadata.touched_file_groups()
+    if not mine:
+        return []
+    out = []
+    for other in timeline.completed(Action.WRITE_ACTIONS):
+        if other.time == instant.time or (other.completion_time or other.time) <= instant.time:
+            continue
+        overlap = mine & timeline.commit_metadata(other).touched_file_groups()
+        if overlap:
+            out.append((other, overlap))
+    return out
+
+
+class LocalCommitProtocol(CommitProtocol):
+    """Commits serialised by a lock on this machine (threads and processes)."""
+
+    def __init__(self, storage: Storage, layout_version: int = 2, timeline_path: str = "timeline") -> None:
+        self.storage = storage
+        self.layout_version = layout_version
+        self.timeline_path = timeline_path
+
+    def timeline(self) -> Timeline:
+        return Timeline.load(self.storage, self.layout_version, self.timeline_path)
+
+    def _write(self, tl: Timeline, instant: Instant, content: bytes) -> None:
+        self.storage.write_atomic(tl.path_of(instant), content)
+
+    def begin(self, action: str, requested_content: bytes = b"") -> Instant:
+        with table_lock(self.storage):
+            tl = self.timeline()
+            instant = Instant(next_instant_time(tl.max_instant_time()), action, State.REQUESTED)
+            self._write(tl, instant, requested_content)
+            return instant
+
+    def set_inflight(self, instant: Instant, content: bytes = b"") -> Instant:
+        inflight = Instant(instant.time, instant.action, State.INFLIGHT)
+        self._write(self.timeline(), inflight, content)
+        return inflight
+
+    def complete(self, instant: Instant, metadata: CommitMetadata) -> Instant:
+        with table_lock(self.storage):
+            tl = self.timeline()
+            conflicts = find_conflicts(tl, instant, metadata)
+            if conflicts:
+                other, groups = conflicts[0]
+                shown = ", ".join(f"{p or '<root>'}/{f}" for p, f in sorted(groups)[:5])
+                raise CommitConflictError(
+                    f"instant {instant.time} conflicts with {other.action} {other.time} "
+                    f"(completed {other.completion_time}) on file group(s) {shown}; retry the write"
+                )
+            completion = next_instant_time(tl.max_instant_time())
+            done = instant.with_state(State.COMPLETED, completion)
+            self._write(tl, done, metadata.to_bytes())
+            return done
+
+    def finish(self, instant: Instant, content: bytes) -> Instant:
+        with table_lock(self.storage):
+            tl = self.timeline()
+            done = instant.with_state(State.COMPLETED, next_instant_time(tl.max_instant_time()))
+            self._write(tl, done, content)
+            return done

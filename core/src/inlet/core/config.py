@@ -1,0 +1,233 @@
+"""Typed configuration keys.
+
+A :class:`ConfigKey` names a Hudi/Inlet option, its type and default, so that the table's
+``hoodie.properties``, write options and CLI flags all read values the same way.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from inlet.core.errors import InvalidConfigError
+
+T = TypeVar("T")
+
+
+def parse_bool(value: str) -> bool:
+    v = value.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def parse_list(value: str) -> list[str]:
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+@dataclass(frozen=True)
+class ConfigKey(Generic[T]):
+    key: str
+    parse: Callable[[str], T]
+    default: T | None = None
+    doc: str = ""
+    alternatives: tuple[str, ...] = ()
+
+    def get(self, props: Mapping[str, str]) -> T | None:
+        for k in (self.key, *self.alternatives):
+            if k in props:
+                raw = props[k]
+                try:
+                    return self.parse(raw)
+                except ValueError as e:
+                    raise InvalidConfigError(f"{k}={raw!r}: {e}") from e
+        return self.default
+
+    def require(self, props: Mapping[str, str]) -> T:
+        value = self.get(props)
+        if value is None:
+            raise InvalidConfigError(f"missing required config {self.key}")
+        return value
+
+
+class TableType(enum.StrEnum):
+    COPY_ON_WRITE = "COPY_ON_WRITE"
+    MERGE_ON_READ = "MERGE_ON_READ"
+
+    @classmethod
+    def parse(cls, value: str) -> TableType:
+        v = value.strip().upper()
+        aliases = {"COW": cls.COPY_ON_WRITE, "MOR": cls.MERGE_ON_READ}
+        if v in aliases:
+            return aliases[v]
+        return cls(v)
+
+
+class MergeMode(enum.StrEnum):
+    EVENT_TIME_ORDERING = "EVENT_TIME_ORDERING"
+    COMMIT_TIME_ORDERING = "COMMIT_TIME_ORDERING"
+
+    @property
+    def strategy_id(self) -> str:
+        """``hoodie.record.merge.strategy.id`` that Apache Hudi records for this mode."""
+        return _MERGE_STRATEGY_IDS[self]
+
+    @property
+    def payload_class(self) -> str:
+        return _PAYLOAD_CLASSES[self]
+
+
+_MERGE_STRATEGY_IDS = {
+    MergeMode.EVENT_TIME_ORDERING: "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5",
+    MergeMode.COMMIT_TIME_ORDERING: "ce9acb64-bde0-424c-9b91-f6ebba25356d",
+}
+_PAYLOAD_CLASSES = {
+    MergeMode.EVENT_TIME_ORDERING: "org.apache.hudi.common.model.DefaultHoodieRecordPayload",
+    MergeMode.COMMIT_TIME_ORDERING: "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload",
+}
+
+
+class KeyGeneratorType(enum.StrEnum):
+    SIMPLE = "SIMPLE"
+    COMPLEX = "COMPLEX"
+    TIMESTAMP = "TIMESTAMP"
+    NON_PARTITION = "NON_PARTITION"
+    CUSTOM = "CUSTOM"
+
+    @classmethod
+    def parse(cls, value: str) -> KeyGeneratorType:
+        v = value.strip().upper()
+        if "." in value:  # a Java class name, e.g. org.apache.hudi.keygen.SimpleKeyGenerator
+            simple = value.rsplit(".", 1)[-1]
+            for kt, cls_name in _KEYGEN_CLASSES.items():
+                if simple == cls_name.rsplit(".", 1)[-1] or simple == cls_name.rsplit(".", 1)[-1].replace(
+                    "KeyGenerator", "AvroKeyGenerator"
+                ):
+                    return kt
+            raise ValueError(f"unsupported key generator class {value}")
+        return cls(v)
+
+    @property
+    def class_name(self) -> str:
+        return _KEYGEN_CLASSES[self]
+
+
+_KEYGEN_CLASSES = {
+    KeyGeneratorType.SIMPLE: "org.apache.hudi.keygen.SimpleKeyGenerator",
+    KeyGeneratorType.COMPLEX: "org.apache.hudi.keygen.ComplexKeyGenerator",
+    KeyGeneratorType.TIMESTAMP: "org.apache.hudi.keygen.TimestampBasedKeyGenerator",
+    KeyGeneratorType.NON_PARTITION: "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+    KeyGeneratorType.CUSTOM: "org.apache.hudi.keygen.CustomKeyGenerator",
+}
+
+
+class IndexType(enum.StrEnum):
+    SIMPLE = "SIMPLE"
+    BUCKET = "BUCKET"
+
+    @classmethod
+    def parse(cls, value: str) -> IndexType:
+        return cls(value.strip().upper())
+
+
+class WriteOperation(enum.StrEnum):
+    """Hudi's ``WriteOperationType`` names (recorded as ``operationType`` in commit metadata)."""
+
+    INSERT = "INSERT"
+    UPSERT = "UPSERT"
+    DELETE = "DELETE"
+    BULK_INSERT = "BULK_INSERT"
+    INSERT_OVERWRITE = "INSERT_OVERWRITE"
+    INSERT_OVERWRITE_TABLE = "INSERT_OVERWRITE_TABLE"
+    DELETE_PARTITION = "DELETE_PARTITION"
+    COMPACT = "COMPACT"
+    CLUSTER = "CLUSTER"
+
+    @classmethod
+    def parse(cls, value: str) -> WriteOperation:
+        v = value.strip().upper().replace("-", "_")
+        try:
+            return cls(v)
+        except ValueError:
+            names = ", ".join(o.value.lower() for o in cls if o not in (cls.COMPACT, cls.CLUSTER))
+            raise ValueError(f"unknown write operation {value!r} (expected one of: {names})") from None
+
+    @property
+    def is_replace(self) -> bool:
+        return self in (
+            WriteOperation.INSERT_OVERWRITE,
+            WriteOperation.INSERT_OVERWRITE_TABLE,
+            WriteOperation.DELETE_PARTITION,
+            WriteOperation.CLUSTER,
+        )
+
+
+class BulkInsertSortMode(enum.StrEnum):
+    NONE = "NONE"
+    GLOBAL_SORT = "GLOBAL_SORT"
+    PARTITION_SORT = "PARTITION_SORT"
+
+    @classmethod
+    def parse(cls, value: str) -> BulkInsertSortMode:
+        return cls(value.strip().upper())
+
+
+class TableConfig:
+    """Keys of ``.hoodie/hoodie.properties`` (Hudi's ``HoodieTableConfig``)."""
+
+    NAME = ConfigKey("hoodie.table.name", str)
+    DATABASE_NAME = ConfigKey("hoodie.database.name", str)
+    TYPE = ConfigKey("hoodie.table.type", TableType.parse, TableType.COPY_ON_WRITE)
+    VERSION = ConfigKey("hoodie.table.version", int, 6)
+    INITIAL_VERSION = ConfigKey("hoodie.table.initial.version", int)
+    TIMELINE_LAYOUT_VERSION = ConfigKey("hoodie.timeline.layout.version", int, 1)
+    TIMELINE_PATH = ConfigKey("hoodie.timeline.path", str, "timeline")
+    TIMELINE_HISTORY_PATH = ConfigKey("hoodie.timeline.history.path", str, "history")
+    RECORD_KEY_FIELDS = ConfigKey("hoodie.table.recordkey.fields", parse_list)
+    PARTITION_FIELDS = ConfigKey("hoodie.table.partition.fields", parse_list)
+    ORDERING_FIELDS = ConfigKey(
+        "hoodie.table.precombine.field", parse_list, alternatives=("hoodie.table.ordering.fields",)
+    )
+    MERGE_MODE = ConfigKey("hoodie.record.merge.mode", MergeMode, None)
+    MERGE_STRATEGY_ID = ConfigKey("hoodie.record.merge.strategy.id", str)
+    PAYLOAD_CLASS = ConfigKey("hoodie.compaction.payload.class", str)
+    KEY_GENERATOR_TYPE = ConfigKey(
+        "hoodie.table.keygenerator.type",
+        KeyGeneratorType.parse,
+        alternatives=("hoodie.table.keygenerator.class",),
+    )
+    BASE_FILE_FORMAT = ConfigKey("hoodie.table.base.file.format", str, "PARQUET")
+    POPULATE_META_FIELDS = ConfigKey("hoodie.populate.meta.fields", parse_bool, True)
+    HIVE_STYLE_PARTITIONING = ConfigKey("hoodie.datasource.write.hive_style_partitioning", parse_bool, False)
+    URL_ENCODE_PARTITIONING = ConfigKey("hoodie.datasource.write.partitionpath.urlencode", parse_bool, False)
+    DROP_PARTITION_COLUMNS = ConfigKey("hoodie.datasource.write.drop.partition.columns", parse_bool, False)
+    TIMELINE_TIMEZONE = ConfigKey("hoodie.table.timeline.timezone", str, "LOCAL")
+    CHECKSUM = ConfigKey("hoodie.table.checksum", int)
+    CREATE_SCHEMA = ConfigKey("hoodie.table.create.schema", str)
+    ARCHIVELOG_FOLDER = ConfigKey("hoodie.archivelog.folder", str, "archived")
+    # Inlet/Hudi write-side settings persisted with the table so every writer agrees.
+    INDEX_TYPE = ConfigKey("hoodie.index.type", IndexType.parse, IndexType.SIMPLE)
+    BUCKET_NUM = ConfigKey("hoodie.bucket.index.num.buckets", int, 4)
+    BUCKET_HASH_FIELDS = ConfigKey("hoodie.bucket.index.hash.field", parse_list)
+    # Timestamp-based key generator (Hudi's hoodie.keygen.timebased.* keys).
+    TS_TYPE = ConfigKey("hoodie.keygen.timebased.timestamp.type", str)
+    TS_INPUT_FORMAT = ConfigKey("hoodie.keygen.timebased.input.dateformat", str)
+    TS_OUTPUT_FORMAT = ConfigKey("hoodie.keygen.timebased.output.dateformat", str)
+    TS_TIMEZONE = ConfigKey("hoodie.keygen.timebased.timezone", str, "UTC")
+
+
+class WriteConfig:
+    """Write-time options (Hudi's ``HoodieWriteConfig`` names); not persisted in the table."""
+
+    PARQUET_MAX_FILE_SIZE = ConfigKey("hoodie.parquet.max.file.size", int, 120 * 1024 * 1024)
+    PARQUET_SMALL_FILE_LIMIT = ConfigKey("hoodie.parquet.small.file.limit", int, 100 * 1024 * 1024)
+    COPY_ON_WRITE_RECORD_SIZE_ESTIMATE = ConfigKey("hoodie.copyonwrite.record.size.estimate", int, 1024)
+    PARQUET_COMPRESSION = ConfigKey("hoodie.parquet.compression.codec", str, "snappy")
+    BULK_INSERT_SORT_MODE = ConfigKey(
+        "hoodie.bulkinsert.sort.mode", BulkInsertSortMode.parse, BulkInsertSortMode.NONE
+    )
+    COMBINE_BEFORE_INSERT = ConfigKey("hoodie.combine.before.insert", parse_bool, True)

@@ -1,0 +1,20 @@
+"""Named points in the write path where a test can make the process die (fault injection).
+
+Setting ``INLET_CRASH_AT=<point>`` makes the process exit abruptly (no cleanup, like SIGKILL)
+when it reaches that point. Real crashes cannot be produced on demand at an exact step; this can.
+"""
+
+from __future__ import annotations
+
+import os
+
+AFTER_REQUESTED = "after_requested"
+AFTER_INFLIGHT = "after_inflight"
+AFTER_DATA_FILES = "after_data_files"
+BEFORE_COMPLETE = "before_complete"
+CRASH_EXIT_CODE = 77
+
+
+def crash_point(name: str) -> None:
+    if os.environ.get("INLET_CRASH_AT") == name:
+        os._exit(CRASH_EXIT_CODE)

@@ -1,0 +1,170 @@
+"""Snapshot and time-travel reads of Copy-on-Write tables (and read-optimized reads of MOR).
+
+Partition pruning uses the partition values encoded in partition paths; file and row-group
+pruning uses Parquet statistics (pyarrow's filtered Parquet scan). Files written before a
+schema change are read with the current schema (new columns null, promoted types cast).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from inlet.core.config import TableConfig
+from inlet.core.errors import InvalidInputError
+from inlet.core.filegroups import BaseFile, FileSystemView
+from inlet.core.instant import normalize_instant_time
+from inlet.core.schema import META_COLUMNS, cast_to, meta_schema
+
+if TYPE_CHECKING:
+    from inlet.core.table import HudiTable
+
+Filter = tuple[str, str, Any]
+_OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in"}
+
+
+def _coerce(value: Any, typ: pa.DataType, column: str) -> Any:
+    if isinstance(value, list | tuple | set):
+        return [_coerce(v, typ, column) for v in value]
+    try:
+        if isinstance(value, str) and not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
+            if pa.types.is_boolean(typ):
+                return pa.scalar(value.strip().lower() in ("true", "1", "yes"))
+            if pa.types.is_timestamp(typ):
+                return (
+                    pc.assume_timezone(pa.scalar(value).cast(pa.timestamp(typ.unit)), "UTC")
+                    if typ.tz
+                    else pa.scalar(value).cast(typ)
+                )
+            return pa.scalar(value).cast(typ)
+        return pa.scalar(value).cast(typ) if not isinstance(value, pa.Scalar) else value.cast(typ)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise InvalidInputError(f"filter value {value!r} does not fit column {column!r} of type {typ}") from e
+
+
+def filter_expression(filters: Sequence[Filter], schema: pa.Schema) -> ds.Expression | None:
+    expr: ds.Expression | None = None
+    for f in filters:
+        if len(f) != 3:
+            raise InvalidInputError(f"a filter is (column, op, value), got {f!r}")
+        col, op, value = f
+        op = op.strip().lower()
+        if op not in _OPS:
+            raise InvalidInputError(f"unknown filter operator {op!r} (use one of {', '.join(sorted(_OPS))})")
+        if col not in schema.names:
+            raise InvalidInputError(f"unknown column {col!r} in filter")
+        field = ds.field(col)
+        v = _coerce(value, schema.field(col).type, col)
+        if op in ("in", "not in"):
+            values = v if isinstance(v, list) else [v]
+            arr = pa.array(
+                [x.as_py() if isinstance(x, pa.Scalar) else x for x in values], schema.field(col).type
+            )
+            e = field.isin(arr)
+            if op == "not in":
+                e = ~e
+        elif op in ("=", "=="):
+            e = field == v
+        elif op in ("!=", "<>"):
+            e = field != v
+        elif op == "<":
+            e = field < v
+        elif op == "<=":
+            e = field <= v
+        elif op == ">":
+            e = field > v
+        else:
+            e = field >= v
+        expr = e if expr is None else expr & e
+    return expr
+
+
+def _partition_matches(
+    table: HudiTable, partition: str, filters: Sequence[Filter], schema: pa.Schema
+) -> bool:
+    kg = table.key_generator
+    if not kg.partition_fields or kg.timestamp is not None:
+        return True
+    values = kg.partition_values(partition)
+    relevant = [f for f in filters if f[0] in values]
+    if not relevant:
+        return True
+    row: dict[str, list[Any]] = {}
+    for name, text in values.items():
+        typ = schema.field(name).type if name in schema.names else pa.string()
+        try:
+            row[name] = [pa.scalar(text).cast(typ).as_py() if text is not None else None]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return True  # cannot interpret the path value; let the row filter decide
+    one = pa.table(
+        {k: pa.array(v, schema.field(k).type if k in schema.names else pa.string()) for k, v in row.items()}
+    )
+    expr = filter_expression(relevant, one.schema)
+    return expr is None or one.filter(expr).num_rows > 0
+
+
+def read_table(
+    table: HudiTable,
+    as_of: str | None = None,
+    columns: Sequence[str] | None = None,
+    filters: Sequence[Filter] | None = None,
+    meta_columns: bool = True,
+) -> pa.Table:
+    as_of_t = normalize_instant_time(as_of) if as_of else None
+    tl = table.timeline
+    view = FileSystemView(tl, as_of_t)
+    files = view.latest_base_files()
+    data_schema = table.schema(as_of_t)
+    if data_schema is None:
+        data_schema = _schema_from_files(table, files)
+    with_meta = meta_columns and bool(TableConfig.POPULATE_META_FIELDS.get(table.props))
+    full = pa.schema((list(meta_schema()) if with_meta else []) + list(data_schema))
+    queryable = pa.schema(list(meta_schema()) + [f for f in data_schema if f.name not in META_COLUMNS])
+    if columns is not None:
+        unknown = [c for c in columns if c not in queryable.names]
+        if unknown:
+            raise InvalidInputError(f"unknown column(s): {', '.join(unknown)}")
+        out_schema = pa.schema([queryable.field(c) for c in columns])
+    else:
+        out_schema = full
+    filters = list(filters or [])
+    expr = filter_expression(filters, queryable)
+    needed = list(dict.fromkeys([*out_schema.names, *(f[0] for f in filters)]))
+    read_schema = pa.schema([queryable.field(c) for c in needed])
+    pieces = []
+    for bf in files:
+        if filters and not _partition_matches(table, bf.partition, filters, queryable):
+            continue
+        pieces.append(_read_file(table, bf, read_schema, expr))
+    if not pieces:
+        return out_schema.empty_table()
+    result = pa.concat_tables(pieces)
+    return result.select(out_schema.names)
+
+
+def _read_file(table: HudiTable, bf: BaseFile, schema: pa.Schema, expr: ds.Expression | None) -> pa.Table:
+    storage = table.storage
+    dataset = ds.dataset(storage.full(bf.path), format="parquet", filesystem=storage.fs)
+    present = [c for c in schema.names if c in dataset.schema.names]
+    can_push = expr is not None and all(c in dataset.schema.names for c in _expr_columns(expr, schema))
+    t = dataset.to_table(columns=present, filter=expr if can_push else None)
+    t = cast_to(t, schema)
+    if expr is not None and not can_push:
+        t = t.filter(expr)
+    return t
+
+
+def _expr_columns(expr: ds.Expression, schema: pa.Schema) -> list[str]:
+    text = str(expr)
+    return [c for c in schema.names if c in text]
+
+
+def _schema_from_files(table: HudiTable, files: list[BaseFile]) -> pa.Schema:
+    if not files:
+        return pa.schema([])
+    arrow = table.storage.parquet_file(files[-1].path).schema_arrow
+    return pa.schema([f for f in arrow if f.name not in META_COLUMNS])

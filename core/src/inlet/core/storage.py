@@ -1,0 +1,138 @@
+"""One storage abstraction over ``pyarrow.fs``: local disk now, S3-compatible stores later.
+
+Format code never touches ``os`` or ``open`` directly; it goes through :class:`Storage`, whose
+paths are relative to the table's base path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from inlet.core.errors import InletError
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str  # relative to the storage root, '/'-separated
+    size: int
+    mtime_ms: int | None
+
+
+class Storage:
+    """Files of one table, addressed by paths relative to the table's base path."""
+
+    def __init__(self, base_uri: str, filesystem: pafs.FileSystem | None = None) -> None:
+        if filesystem is None:
+            if "://" not in base_uri:
+                base_uri = os.path.abspath(base_uri)
+            filesystem, root = pafs.FileSystem.from_uri(base_uri)
+        else:
+            root = base_uri
+        self.fs: pafs.FileSystem = filesystem
+        self.root = root.rstrip("/") or "/"
+        self.base_uri = base_uri
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def full(self, rel: str) -> str:
+        return posixpath.join(self.root, rel) if rel else self.root
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.fs.get_file_info(self.full(rel)).type != pafs.FileType.NotFound)
+
+    def is_dir(self, rel: str) -> bool:
+        return bool(self.fs.get_file_info(self.full(rel)).type == pafs.FileType.Directory)
+
+    def read_bytes(self, rel: str) -> bytes:
+        try:
+            with self.fs.open_input_stream(self.full(rel)) as f:
+                return bytes(f.read())
+        except FileNotFoundError as e:
+            raise InletError(f"file not found: {rel}") from e
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        self.mkdirs(posixpath.dirname(rel))
+        with self.fs.open_output_stream(self.full(rel)) as f:
+            f.write(data)
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        """Write so readers see either no file or the whole file (temp file + rename)."""
+        parent = posixpath.dirname(rel)
+        self.mkdirs(parent)
+        tmp = posixpath.join(parent, f".{posixpath.basename(rel)}.{uuid.uuid4().hex}.tmp")
+        with self.fs.open_output_stream(self.full(tmp)) as f:
+            f.write(data)
+        self.fs.move(self.full(tmp), self.full(rel))
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create a file only if it does not exist; returns False if it already existed."""
+        if self.is_local:
+            path = self.full(rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return True
+        if self.exists(rel):
+            return False
+        self.write_atomic(rel, data)
+        return True
+
+    def mkdirs(self, rel: str) -> None:
+        if rel:
+            self.fs.create_dir(self.full(rel), recursive=True)
+
+    def delete(self, rel: str, missing_ok: bool = True) -> None:
+        try:
+            self.fs.delete_file(self.full(rel))
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def delete_dir(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.delete_dir(self.full(rel))
+
+    def list_files(self, rel: str, recursive: bool = False) -> list[FileInfo]:
+        """Files (not directories) below ``rel``; empty if it does not exist."""
+        sel = pafs.FileSelector(self.full(rel), allow_not_found=True, recursive=recursive)
+        out = []
+        prefix = self.root.rstrip("/") + "/"
+        for info in self.fs.get_file_info(sel):
+            if info.type != pafs.FileType.File:
+                continue
+            path = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
+            mtime = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else None
+            out.append(FileInfo(path, info.size or 0, mtime))
+        return out
+
+    def list_dirs(self, rel: str) -> list[str]:
+        sel = pafs.FileSelector(self.full(rel), allow_not_found=True)
+        return [
+            posixpath.basename(i.path)
+            for i in self.fs.get_file_info(sel)
+            if i.type == pafs.FileType.Directory
+        ]
+
+    def walk_files(self, rel: str) -> Iterator[FileInfo]:
+        yield from self.list_files(rel, recursive=True)
+
+    def read_parquet(self, rel: str, columns: list[str] | None = None) -> pa.Table:
+        return pq.read_table(self.full(rel), columns=columns, filesystem=self.fs)
+
+    def parquet_file(self, rel: str) -> pq.ParquetFile:
+        return pq.ParquetFile(self.fs.open_input_file(self.full(rel)))

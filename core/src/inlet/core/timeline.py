@@ -1,0 +1,106 @@
+"""The active timeline: the instants under ``.hoodie/timeline/`` (layout 2) or ``.hoodie/`` (layout 1)."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+
+from inlet.core.commit_metadata import CommitMetadata
+from inlet.core.errors import InstantNotFoundError
+from inlet.core.instant import Action, Instant, State, normalize_instant_time
+from inlet.core.storage import Storage
+
+
+class Timeline:
+    """An immutable snapshot of a table's active timeline (reload to see new instants)."""
+
+    def __init__(self, storage: Storage, layout_version: int, timeline_dir: str) -> None:
+        self.storage = storage
+        self.layout_version = layout_version
+        self.dir = timeline_dir
+        self._metadata_cache: dict[Instant, CommitMetadata] = {}
+
+    @classmethod
+    def load(cls, storage: Storage, layout_version: int, timeline_path: str = "timeline") -> Timeline:
+        tdir = posixpath.join(".hoodie", timeline_path) if layout_version >= 2 else ".hoodie"
+        return cls(storage, layout_version, tdir)
+
+    @cached_property
+    def instants(self) -> list[Instant]:
+        """Every instant in its latest state, ordered by requested time."""
+        # instant times are unique per table: keep each time's most advanced state (a
+        # compaction is "compaction" while pending and "commit" once completed)
+        latest: dict[str, Instant] = {}
+        order = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
+        for info in self.storage.list_files(self.dir):
+            inst = Instant.parse_file_name(posixpath.basename(info.path), info.mtime_ms)
+            if inst is None:
+                continue
+            prev = latest.get(inst.time)
+            if prev is None or order[inst.state] > order[prev.state]:
+                latest[inst.time] = inst
+        return sorted(latest.values(), key=lambda i: (i.time, i.action))
+
+    def __iter__(self) -> Iterator[Instant]:
+        return iter(self.instants)
+
+    def __len__(self) -> int:
+        return len(self.instants)
+
+    def completed(self, actions: Iterable[str] | None = None) -> list[Instant]:
+        acts = set(actions) if actions is not None else None
+        return [i for i in self.instants if i.is_completed and (acts is None or i.action in acts)]
+
+    def completed_writes(self) -> list[Instant]:
+        """Completed commits, deltacommits and replacecommits, by requested time."""
+        return self.completed(Action.WRITE_ACTIONS)
+
+    def pending(self, actions: Iterable[str] | None = None) -> list[Instant]:
+        acts = set(actions) if actions is not None else None
+        return [i for i in self.instants if not i.is_completed and (acts is None or i.action in acts)]
+
+    def latest_completed_write(self) -> Instant | None:
+        writes = self.completed_writes()
+        return writes[-1] if writes else None
+
+    def max_instant_time(self) -> str | None:
+        """Largest requested or completion time on the timeline (instant times must exceed it)."""
+        times = [i.time for i in self.instants] + [
+            i.completion_time for i in self.instants if i.completion_time
+        ]
+        return max(times) if times else None
+
+    def find(self, time: str) -> Instant:
+        t = normalize_instant_time(time)
+        for inst in self.instants:
+            if inst.time == t:
+                return inst
+        raise InstantNotFoundError(f"instant {time} is not on the timeline")
+
+    def resolve_as_of(self, as_of: str) -> str:
+        """Normalise a user's as-of time; readers see writes requested at or before it."""
+        return normalize_instant_time(as_of)
+
+    def path_of(self, instant: Instant) -> str:
+        return posixpath.join(self.dir, instant.file_name(self.layout_version))
+
+    def read_bytes(self, instant: Instant) -> bytes:
+        return self.storage.read_bytes(self.path_of(instant))
+
+    def commit_metadata(self, instant: Instant) -> CommitMetadata:
+        cached = self._metadata_cache.get(instant)
+        if cached is None:
+            cached = CommitMetadata.from_bytes(self.read_bytes(instant), f"instant {instant.file_name()}")
+            self._metadata_cache[instant] = cached
+        return cached
+
+    def latest_schema(self, as_of: str | None = None) -> str | None:
+        """The writer schema (Avro JSON) of the latest completed write that recorded one."""
+        for inst in reversed(self.completed_writes()):
+            if as_of is not None and inst.time > as_of:
+                continue
+            md = self.commit_metadata(inst)
+            if md.schema:
+                return md.schema
+        return None

@@ -1,0 +1,621 @@
+"""Copy-on-Write writes: prepare the batch, plan file groups, write base files, commit.
+
+The pipeline (the Spark engine runs the same steps distributed):
+
+1. prepare — validate and evolve the schema, compute record keys and partition paths, merge
+   duplicate keys by the table's merge mode. Everything that can reject the input happens here,
+   before an instant exists.
+2. plan — tag records with their file group (simple or bucket index), pack inserts into small
+   file groups first, then new ones; replace operations list the file groups they replace.
+3. execute — one :func:`write_file_group` per file group: marker, then the new base file
+   (existing records merged with incoming ones), returning a write stat.
+4. commit — the commit protocol checks conflicts and writes the completed instant atomically.
+   Any failure before that rolls the instant back; a crash leaves a pending instant that the
+   next writer rolls back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from inlet.core import avro, faults, heartbeat, markers
+from inlet.core import merge as merging
+from inlet.core.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from inlet.core.config import (
+    BulkInsertSortMode,
+    IndexType,
+    MergeMode,
+    TableType,
+    WriteConfig,
+    WriteOperation,
+)
+from inlet.core.errors import InvalidInputError, SchemaError, UnsupportedError
+from inlet.core.filegroups import (
+    PARTITION_METADATA_FILE,
+    BaseFile,
+    FileSystemView,
+    base_file_name,
+    new_file_id,
+    write_token,
+)
+from inlet.core.index import SimpleIndex, bucket_file_id_prefix, bucket_ids, bucket_of_file_id
+from inlet.core.instant import Action, Instant
+from inlet.core.rollback import rollback, rollback_failed_writes
+from inlet.core.schema import (
+    IS_DELETED_COLUMN,
+    META_COLUMNS,
+    cast_to,
+    evolve,
+    meta_schema,
+    normalize_schema,
+    to_avro_schema,
+)
+from inlet.core.storage import Storage
+
+if TYPE_CHECKING:
+    from inlet.core.table import CommitResult, HudiTable
+
+log = logging.getLogger("inlet.core.writers")
+
+KEY = merging.KEY
+PARTITION = merging.PARTITION
+DELETED = "__inlet_deleted"
+HEARTBEAT_INTERVAL_KEY = "hoodie.client.heartbeat.interval_in_ms"
+
+
+# ---------------------------------------------------------------------------------- prepare
+
+
+@dataclass
+class PreparedBatch:
+    """Incoming records with ``_hoodie_record_key``, ``_hoodie_partition_path`` and a delete flag."""
+
+    operation: WriteOperation
+    records: pa.Table
+    schema: pa.Schema  # the table's data schema after this write
+    avro_schema: str
+
+
+def _as_arrow(data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]) -> pa.Table:
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    batches = list(data)
+    if not batches:
+        raise InvalidInputError("no input record batches")
+    return pa.Table.from_batches(batches)
+
+
+def prepare(table: HudiTable, data: pa.Table, op: WriteOperation, options: dict[str, str]) -> PreparedBatch:
+    data = data.drop_columns([c for c in data.column_names if c in META_COLUMNS])
+    dupes = {c for c in data.column_names if data.column_names.count(c) > 1}
+    if dupes:
+        raise SchemaError(f"duplicate column name(s) in the input: {', '.join(sorted(dupes))}")
+    kg = table.key_generator
+    current = table.schema()
+    ordering = table.ordering_field
+    if op is WriteOperation.DELETE:
+        needed = list(dict.fromkeys([*kg.record_key_fields, *kg.partition_fields]))
+        missing = [c for c in needed if c not in data.column_names]
+        if missing:
+            raise SchemaError(
+                f"delete input lacks column(s) {', '.join(missing)} (record key and partition fields)"
+            )
+        key_input = data.select(needed)
+        if current is not None:
+            key_input = cast_to(
+                key_input, pa.schema([current.field(c) for c in needed if c in current.names])
+            )
+        records = pa.table(
+            {
+                KEY: kg.record_keys(key_input),
+                PARTITION: kg.partition_paths(key_input),
+                DELETED: pa.array(np.ones(data.num_rows, dtype=bool)),
+            }
+        )
+        schema = current if current is not None else normalize_schema(key_input.schema)
+        return PreparedBatch(
+            op,
+            merging.dedupe(records, MergeMode.COMMIT_TIME_ORDERING, None),
+            schema,
+            to_avro_schema(schema, table.name),
+        )
+
+    if data.num_columns == 0:
+        raise SchemaError("the input has no columns")
+    incoming = normalize_schema(data.schema)
+    for f in (*kg.record_key_fields, *kg.partition_fields, *([ordering] if ordering else [])):
+        if f not in incoming.names:
+            raise SchemaError(
+                f"required column {f!r} (record key, partition or ordering field) is missing from the input"
+            )
+    schema = evolve(current, incoming) if current is not None else incoming
+    if IS_DELETED_COLUMN in schema.names and not pa.types.is_boolean(schema.field(IS_DELETED_COLUMN).type):
+        raise SchemaError(f"{IS_DELETED_COLUMN} must be a boolean column")
+    rows = cast_to(data, schema)
+    deleted = (
+        pc.fill_null(rows.column(IS_DELETED_COLUMN), False)
+        if IS_DELETED_COLUMN in rows.column_names
+        else pa.array(np.zeros(rows.num_rows, dtype=bool))
+    )
+    records = rows.append_column(KEY, kg.record_keys(rows)).append_column(PARTITION, kg.partition_paths(rows))
+    records = records.append_column(DELETED, deleted)
+    combine = WriteConfig.COMBINE_BEFORE_INSERT.get(options)
+    if op in (WriteOperation.UPSERT,) or combine:
+        records = merging.dedupe(records, table.merge_mode, ordering)
+    return PreparedBatch(op, records, schema, to_avro_schema(schema, table.name))
+
+
+# ---------------------------------------------------------------------------------- plan
+
+
+@dataclass
+class FileGroupWrite:
+    """One file group's share of a write."""
+
+    partition: str
+    file_id: str
+    base_file: BaseFile | None
+    records: pa.Table  # incoming records routed here (data columns + KEY/PARTITION/DELETED)
+    explicit_deletes: bool = False  # deletes from the delete operation win regardless of ordering
+
+
+@dataclass
+class WritePlan:
+    file_groups: list[FileGroupWrite] = field(default_factory=list)
+    replaced: dict[str, list[str]] | None = None
+
+
+def _avg_record_size(view: FileSystemView, default: int) -> int:
+    tl = view.timeline
+    for inst in reversed(tl.completed([Action.COMMIT, Action.REPLACE_COMMIT])):
+        stats = tl.commit_metadata(inst).write_stats()
+        written = sum(s.num_writes for s in stats)
+        size = sum(s.total_write_bytes for s in stats)
+        if written > 0 and size > 0:
+            return max(1, size // written)
+    return default
+
+
+def _split_by_partition(records: pa.Table) -> dict[str, pa.Table]:
+    parts = records.column(PARTITION)
+    uniq = pc.unique(parts).to_pylist()
+    if len(uniq) == 1:
+        return {uniq[0]: records}
+    return {p: records.filter(pc.equal(parts, p)) for p in sorted(uniq)}
+
+
+def plan_write(
+    table: HudiTable, batch: PreparedBatch, options: dict[str, str], partitions: Sequence[str] | None
+) -> WritePlan:
+    op = batch.operation
+    view = table.file_system_view()
+    plan = WritePlan()
+    by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
+
+    if op.is_replace:
+        if op is WriteOperation.INSERT_OVERWRITE_TABLE:
+            targets = view.partitions()
+        elif op is WriteOperation.DELETE_PARTITION:
+            targets = sorted(set(partitions or []) | set(by_partition))
+            if not targets:
+                raise InvalidInputError("delete_partition needs partition paths or rows naming partitions")
+        else:
+            targets = sorted(by_partition)
+        plan.replaced = {p: [g.file_id for g in view.file_groups(p)] for p in targets}
+        if op is WriteOperation.DELETE_PARTITION:
+            return plan
+        for p, recs in by_partition.items():
+            plan.file_groups.extend(_new_file_groups(table, p, recs, view, options, small_files=False))
+        return plan
+
+    explicit = op is WriteOperation.DELETE
+    lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)
+    if op is WriteOperation.BULK_INSERT:
+        by_partition = {p: _sort_bulk(r, options) for p, r in by_partition.items()}
+    for p, recs in by_partition.items():
+        if table.index_type is IndexType.BUCKET:
+            plan.file_groups.extend(_bucket_groups(table, p, recs, view, explicit))
+            continue
+        if lookup:
+            index = SimpleIndex()
+            for bf in view.latest_base_files(p):
+                keys = table.storage.read_parquet(bf.path, columns=[KEY]).column(KEY)
+                index.add(p, bf.file_id, keys.to_pylist())
+            located = np.array([index.lookup(p, k) or "" for k in recs.column(KEY).to_pylist()], dtype=object)
+            found = located != ""
+            for fid in sorted(set(located[found])):
+                plan.file_groups.append(
+                    FileGroupWrite(
+                        p,
+                        fid,
+                        _latest(view, p, fid),
+                        recs.filter(pa.array(located == fid)),
+                        explicit,
+                    )
+                )
+            recs = recs.filter(pa.array(~found))
+            if explicit:
+                continue  # deleting keys that do not exist is a no-op
+        inserts = recs.filter(pc.invert(recs.column(DELETED)))
+        if inserts.num_rows:
+            taken = {g.file_id for g in plan.file_groups if g.partition == p}
+            plan.file_groups.extend(
+                _new_file_groups(
+                    table,
+                    p,
+                    inserts,
+                    view,
+                    options,
+                    small_files=op is not WriteOperation.BULK_INSERT,
+                    taken=taken,
+                )
+            )
+    return _merge_same_groups(plan)
+
+
+def _merge_same_groups(plan: WritePlan) -> WritePlan:
+    merged: dict[tuple[str, str], FileGroupWrite] = {}
+    for g in plan.file_groups:
+        key = (g.partition, g.file_id)
+        if key in merged:
+            prev = merged[key]
+            prev.records = pa.concat_tables([prev.records, g.records])
+        else:
+            merged[key] = g
+    plan.file_groups = list(merged.values())
+    return plan
+
+
+def _latest(view: FileSystemView, partition: str, file_id: str) -> BaseFile | None:
+    g = view.groups.get((partition, file_id))
+    return g.latest if g else None
+
+
+def _sort_bulk(records: pa.Table, options: dict[str, str]) -> pa.Table:
+    mode = WriteConfig.BULK_INSERT_SORT_MODE.get(options)
+    if mode in (BulkInsertSortMode.GLOBAL_SORT, BulkInsertSortMode.PARTITION_SORT):
+        # within one partition both modes sort by record key; GLOBAL_SORT also orders partitions
+        return records.take(
+            pc.sort_indices(records, sort_keys=[(PARTITION, "ascending"), (KEY, "ascending")])
+        )
+    return records
+
+
+def _bucket_groups(
+    table: HudiTable, p: str, recs: pa.Table, view: FileSystemView, explicit: bool
+) -> list[FileGroupWrite]:
+    existing: dict[int, str] = {}
+    for g in view.file_groups(p):
+        b = bucket_of_file_id(g.file_id)
+        if b is not None:
+            existing[b] = g.file_id
+    hash_fields = list(table.record_key_fields)
+    buckets = bucket_ids(recs.column(KEY), hash_fields, table.num_buckets).to_numpy()
+    out = []
+    for b in sorted(set(buckets.tolist())):
+        rows = recs.filter(pa.array(buckets == b))
+        fid = existing.get(b)
+        if fid is None:
+            if explicit or not pc.any(pc.invert(rows.column(DELETED))).as_py():
+                continue  # nothing to delete in a bucket that has no file group yet
+            fid = bucket_file_id_prefix(b) + "-0"
+        out.append(FileGroupWrite(p, fid, _latest(view, p, fid), rows, explicit))
+    return out
+
+
+def _new_file_groups(
+    table: HudiTable,
+    p: str,
+    recs: pa.Table,
+    view: FileSystemView,
+    options: dict[str, str],
+    small_files: bool,
+    taken: set[str] | None = None,
+) -> list[FileGroupWrite]:
+    if table.index_type is IndexType.BUCKET:
+        return _bucket_groups(table, p, recs, view, explicit=False)
+    max_size = WriteConfig.PARQUET_MAX_FILE_SIZE.require(options)
+    small_limit = WriteConfig.PARQUET_SMALL_FILE_LIMIT.require(options)
+    avg = _avg_record_size(view, WriteConfig.COPY_ON_WRITE_RECORD_SIZE_ESTIMATE.require(options))
+    out = []
+    offset = 0
+    n = recs.num_rows
+    if small_files and small_limit > 0:
+        for bf in sorted(view.latest_base_files(p), key=lambda b: b.size):
+            if offset >= n:
+                break
+            if bf.size >= small_limit or (taken and bf.file_id in taken):
+                continue
+            room = max(0, (max_size - bf.size) // avg)
+            if room <= 0:
+                continue
+            take = min(room, n - offset)
+            out.append(FileGroupWrite(p, bf.file_id, bf, recs.slice(offset, take)))
+            offset += take
+    per_file = max(1, max_size // avg)
+    while offset < n:
+        take = min(per_file, n - offset)
+        out.append(FileGroupWrite(p, new_file_id(), None, recs.slice(offset, take)))
+        offset += take
+    return out
+
+
+# ---------------------------------------------------------------------------------- execute
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """What a file-group writer needs; plain values so an executor process can receive it."""
+
+    base_uri: str
+    table_name: str
+    instant_time: str
+    schema: pa.Schema
+    avro_schema: str
+    merge_mode: MergeMode
+    ordering_field: str | None
+    compression: str = "snappy"
+
+
+def _meta(n: int, value: str) -> pa.Array:
+    return pa.array([value] * n, pa.string()) if n else pa.array([], pa.string())
+
+
+def write_file_group(
+    storage: Storage, ctx: WriteContext, fg: FileGroupWrite, task_id: int, attempt: int = 0
+) -> WriteStat:
+    """Write the new base file of one file group; returns its write stat."""
+    started = time.monotonic()
+    token = write_token(task_id, 0, attempt)
+    name = base_file_name(fg.file_id, token, ctx.instant_time)
+    rel = posixpath.join(fg.partition, name) if fg.partition else name
+    full_schema = pa.schema(list(meta_schema()) + list(ctx.schema))
+    incoming = fg.records
+    deleted_flags = np.asarray(incoming.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
+    inc_keys = incoming.column(KEY).to_pylist()
+
+    kept = None
+    num_updates = num_deletes = 0
+    win = np.ones(incoming.num_rows, dtype=bool)
+    if fg.base_file is not None:
+        existing = storage.read_parquet(fg.base_file.path)
+        existing = cast_to(existing, full_schema)
+        ex_keys = existing.column(KEY).to_pylist()
+        ex_pos = {k: i for i, k in enumerate(ex_keys)}
+        match_ex = np.array([ex_pos.get(k, -1) for k in inc_keys], dtype=np.int64)
+        matched = match_ex >= 0
+        if matched.any() and not fg.explicit_deletes and ctx.ordering_field:
+            idx = np.nonzero(matched)[0]
+            stored = existing.column(ctx.ordering_field).take(pa.array(match_ex[idx]))
+            inc = incoming.column(ctx.ordering_field).take(pa.array(idx))
+            win[idx] = merging.incoming_wins(ctx.merge_mode, stored, inc)
+        replaced_rows = np.zeros(existing.num_rows, dtype=bool)
+        replaced_rows[match_ex[matched & win]] = True
+        kept = existing.filter(pa.array(~replaced_rows))
+        num_updates = int((matched & win & ~deleted_flags).sum())
+        num_deletes = int((matched & win & deleted_flags).sum())
+        is_new = ~matched
+    else:
+        is_new = np.ones(incoming.num_rows, dtype=bool)
+    write_mask = win & ~deleted_flags
+    fresh = incoming.filter(pa.array(write_mask))
+    num_inserts = int((write_mask & is_new).sum())
+
+    n = fresh.num_rows
+    seq = pa.array([f"{ctx.instant_time}_{task_id}_{i}" for i in range(n)], pa.string())
+    if n:
+        fresh_meta = pa.Table.from_arrays(
+            [_meta(n, ctx.instant_time), seq, fresh.column(KEY), fresh.column(PARTITION), _meta(n, name)]
+            + [fresh.column(f.name) for f in ctx.schema],
+            schema=full_schema,
+        )
+    else:
+        fresh_meta = full_schema.empty_table()
+    parts = [fresh_meta]
+    if kept is not None and kept.num_rows:
+        kept = kept.set_column(4, full_schema.field(4), _meta(kept.num_rows, name))
+        parts.insert(0, kept)
+    out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    markers.create_marker(
+        storage, ctx.instant_time, fg.partition, name, "MERGE" if fg.base_file else "CREATE"
+    )
+    keys = out.column(KEY)
+    avro_with_meta = _avro_with_meta(ctx.avro_schema)
+    md: dict[bytes | str, bytes | str] = {"parquet.avro.schema": avro_with_meta, "writer.model.name": "avro"}
+    if out.num_rows:
+        md["hoodie_min_record_key"] = pc.min(keys).as_py()
+        md["hoodie_max_record_key"] = pc.max(keys).as_py()
+    out = out.replace_schema_metadata(md)
+    pq.write_table(out, storage.full(rel), filesystem=storage.fs, compression=ctx.compression)
+    size = storage.fs.get_file_info(storage.full(rel)).size or 0
+    elapsed = int((time.monotonic() - started) * 1000)
+    return WriteStat(
+        file_id=fg.file_id,
+        path=rel,
+        partition_path=fg.partition,
+        prev_commit=fg.base_file.instant_time if fg.base_file else "null",
+        num_writes=out.num_rows,
+        num_deletes=num_deletes,
+        num_update_writes=num_updates,
+        num_inserts=num_inserts,
+        total_write_bytes=size,
+        file_size_in_bytes=size,
+        prev_base_file=fg.base_file.name if fg.base_file else None,
+        runtime_stats={
+            "totalScanTime": 0,
+            "totalCreateTime": 0 if fg.base_file else elapsed,
+            "totalUpsertTime": elapsed if fg.base_file else 0,
+        },
+    )
+
+
+def _avro_with_meta(avro_schema: str) -> str:
+    rec = json.loads(avro_schema)
+    meta = [{"name": c, "type": ["null", "string"], "doc": "", "default": None} for c in META_COLUMNS]
+    rec["fields"] = meta + rec["fields"]
+    return json.dumps(rec, separators=(",", ":"))
+
+
+def ensure_partition_metadata(storage: Storage, partition: str, instant_time: str) -> None:
+    rel = posixpath.join(partition, PARTITION_METADATA_FILE) if partition else PARTITION_METADATA_FILE
+    if storage.exists(rel):
+        return
+    depth = len(partition.split("/")) if partition else 0
+    body = f"#partition metadata\ncommitTime={instant_time}\npartitionDepth={depth}\n"
+    storage.write_atomic(rel, body.encode())
+
+
+def _planned_metadata(plan: WritePlan, op: WriteOperation) -> CommitMetadata:
+    """The inflight instant's content: the file groups about to be written (workload profile)."""
+    md = CommitMetadata(operation_type=op.value)
+    for g in plan.file_groups:
+        md.add(
+            WriteStat(file_id=g.file_id, path="", partition_path=g.partition, num_inserts=g.records.num_rows)
+        )
+    return md
+
+
+# ---------------------------------------------------------------------------------- commit
+
+
+def write_table(
+    table: HudiTable,
+    data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch],
+    operation: WriteOperation | str,
+    options: dict[str, str],
+    partitions: Sequence[str] | None,
+    extra_metadata: dict[str, str],
+) -> CommitResult:
+    from inlet.core.table import CommitResult
+
+    op = WriteOperation.parse(operation) if isinstance(operation, str) else operation
+    if op in (WriteOperation.COMPACT, WriteOperation.CLUSTER):
+        raise InvalidInputError(f"{op.value.lower()} is a table service, not a write operation")
+    if table.table_type is TableType.MERGE_ON_READ:
+        raise UnsupportedError("writing Merge-on-Read tables is not supported yet")
+    if table.version != 8:
+        raise UnsupportedError(f"Inlet writes table version 8; this table is version {table.version}")
+    if data is None:
+        if op is not WriteOperation.DELETE_PARTITION:
+            raise InvalidInputError(f"{op.value.lower()} needs input data")
+        arrow = pa.table({})
+        batch = PreparedBatch(
+            op,
+            pa.table(
+                {
+                    KEY: pa.array([], pa.string()),
+                    PARTITION: pa.array([], pa.string()),
+                    DELETED: pa.array([], pa.bool_()),
+                }
+            ),
+            table.schema() or pa.schema([]),
+            "",
+        )
+        batch.avro_schema = to_avro_schema(batch.schema, table.name) if len(batch.schema) else ""
+    else:
+        arrow = _as_arrow(data)
+        if op is WriteOperation.DELETE_PARTITION:
+            kg = table.key_generator
+            missing = [c for c in kg.partition_fields if c not in arrow.column_names]
+            if missing:
+                raise SchemaError(f"delete_partition input lacks partition column(s) {', '.join(missing)}")
+            paths = kg.partition_paths(arrow)
+            n = arrow.num_rows
+            schema = table.schema() or pa.schema([])
+            batch = PreparedBatch(
+                op,
+                pa.table(
+                    {
+                        KEY: pa.array([""] * n, pa.string()),
+                        PARTITION: paths,
+                        DELETED: pa.array(np.ones(n, dtype=bool)),
+                    }
+                ),
+                schema,
+                to_avro_schema(schema, table.name) if len(schema) else "",
+            )
+        else:
+            batch = prepare(table, arrow, op, options)
+
+    rollback_failed_writes(table)
+    plan = plan_write(table, batch, options, partitions)
+    action = Action.REPLACE_COMMIT if op.is_replace else Action.COMMIT
+    requested = b""
+    if action == Action.REPLACE_COMMIT:
+        requested = avro.encode(
+            "HoodieRequestedReplaceMetadata",
+            {"operationType": op.value, "clusteringPlan": None, "extraMetadata": None, "version": 1},
+        )
+    protocol = table.commit_protocol
+    instant = protocol.begin(action, requested)
+    interval = int(options.get(HEARTBEAT_INTERVAL_KEY, heartbeat.DEFAULT_INTERVAL_MS))
+    beat = heartbeat.Heartbeat(table.storage, instant.time, interval).start()
+    try:
+        faults.crash_point(faults.AFTER_REQUESTED)
+        protocol.set_inflight(instant, _planned_metadata(plan, op).to_bytes())
+        faults.crash_point(faults.AFTER_INFLIGHT)
+        ctx = WriteContext(
+            base_uri=table.base_path,
+            table_name=table.name,
+            instant_time=instant.time,
+            schema=batch.schema,
+            avro_schema=batch.avro_schema,
+            merge_mode=table.merge_mode
+            if op is not WriteOperation.DELETE
+            else MergeMode.COMMIT_TIME_ORDERING,
+            ordering_field=table.ordering_field,
+            compression=WriteConfig.PARQUET_COMPRESSION.require(options),
+        )
+        for p in sorted({g.partition for g in plan.file_groups}):
+            ensure_partition_metadata(table.storage, p, instant.time)
+        metadata = CommitMetadata(operation_type=op.value)
+        for task_id, fg in enumerate(plan.file_groups):
+            metadata.add(write_file_group(table.storage, ctx, fg, task_id))
+        faults.crash_point(faults.AFTER_DATA_FILES)
+        if plan.replaced is not None:
+            metadata.partition_to_replace_file_ids = plan.replaced
+            for p in plan.replaced:
+                metadata.partition_to_write_stats.setdefault(p, [])
+        metadata.extra_metadata = {**extra_metadata}
+        if batch.avro_schema:
+            metadata.extra_metadata[SCHEMA_KEY] = batch.avro_schema
+        faults.crash_point(faults.BEFORE_COMPLETE)
+        done = protocol.complete(instant, metadata)
+    except BaseException:
+        beat.stop(delete=False)
+        try:
+            rollback(table, Instant(instant.time, action, instant.state))
+        except Exception:  # the pending instant stays; the next writer rolls it back
+            log.exception("rollback of failed instant %s failed", instant.time)
+        heartbeat.delete(table.storage, instant.time)
+        raise
+    beat.stop()
+    markers.delete_markers(table.storage, instant.time)
+    log.info("committed %s %s: %s", done.action, done.time, json.dumps(_counts(metadata)))
+    return CommitResult(done.time, done.completion_time or "", done.action, op.value, metadata)
+
+
+def _counts(md: CommitMetadata) -> dict[str, int]:
+    stats = md.write_stats()
+    return {
+        "files": len(stats),
+        "inserts": sum(s.num_inserts for s in stats),
+        "updates": sum(s.num_update_writes for s in stats),
+        "deletes": sum(s.num_deletes for s in stats),
+    }

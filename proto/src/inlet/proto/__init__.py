@@ -1,0 +1,1 @@
+"""Inlet protobuf contracts (generated stubs live in versioned subpackages)."""

@@ -1,0 +1,1 @@
+"""The ``inlet`` command line."""
