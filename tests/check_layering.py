@@ -37,7 +37,11 @@ def main() -> int:
     for dist in ("core", "proto", "services"):
         if (ROOT / dist / "src" / "inlet" / "__init__.py").exists():
             problems.append(f"{dist}/src/inlet/__init__.py must not exist (inlet is a namespace package)")
-        extra = [p.name for p in (ROOT / dist / "src").iterdir() if p.name != "inlet" and not p.name.startswith(".")]
+        extra = [
+            p.name
+            for p in (ROOT / dist / "src").iterdir()
+            if p.name != "inlet" and not p.name.startswith(".")
+        ]
         if extra:
             problems.append(f"{dist}/src holds top-level names other than inlet: {extra}")
     for p in problems:

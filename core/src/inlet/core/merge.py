@@ -26,11 +26,12 @@ def dedupe(table: pa.Table, mode: MergeMode, ordering_field: str | None) -> pa.T
     if table.num_rows <= 1:
         return table
     t = table.append_column(POSITION, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-    sort_keys = [(KEY, "ascending"), (PARTITION, "ascending")]
+    # a null ordering value sorts first, so any non-null value beats it
+    sort_keys = [(KEY, "ascending", "at_start"), (PARTITION, "ascending", "at_start")]
     if mode is MergeMode.EVENT_TIME_ORDERING and ordering_field:
-        sort_keys.append((ordering_field, "ascending"))
-    sort_keys.append((POSITION, "ascending"))
-    idx = pc.sort_indices(t, sort_keys=sort_keys, null_placement="at_start")
+        sort_keys.append((ordering_field, "ascending", "at_start"))
+    sort_keys.append((POSITION, "ascending", "at_start"))
+    idx = pc.sort_indices(t, sort_keys=sort_keys)
     t = t.take(idx)
     keys = t.column(KEY).combine_chunks()
     parts = t.column(PARTITION).combine_chunks()

@@ -253,16 +253,11 @@ def plan_write(
                 continue  # deleting keys that do not exist is a no-op
         inserts = recs.filter(pc.invert(recs.column(DELETED)))
         if inserts.num_rows:
-            taken = {g.file_id for g in plan.file_groups if g.partition == p}
+            # inserts may land in a small file group that also takes updates in this write;
+            # _merge_same_groups folds both into one rewrite of that file group
             plan.file_groups.extend(
                 _new_file_groups(
-                    table,
-                    p,
-                    inserts,
-                    view,
-                    options,
-                    small_files=op is not WriteOperation.BULK_INSERT,
-                    taken=taken,
+                    table, p, inserts, view, options, small_files=op is not WriteOperation.BULK_INSERT
                 )
             )
     return _merge_same_groups(plan)
@@ -325,7 +320,6 @@ def _new_file_groups(
     view: FileSystemView,
     options: dict[str, str],
     small_files: bool,
-    taken: set[str] | None = None,
 ) -> list[FileGroupWrite]:
     if table.index_type is IndexType.BUCKET:
         return _bucket_groups(table, p, recs, view, explicit=False)
@@ -339,7 +333,7 @@ def _new_file_groups(
         for bf in sorted(view.latest_base_files(p), key=lambda b: b.size):
             if offset >= n:
                 break
-            if bf.size >= small_limit or (taken and bf.file_id in taken):
+            if bf.size >= small_limit:
                 continue
             room = max(0, (max_size - bf.size) // avg)
             if room <= 0:
