@@ -5,6 +5,7 @@ UV_VERSION := 0.13.8
 TOOLS := .tools
 UV := $(TOOLS)/bin/uv
 VENV := .venv
+LINT_PATHS := core proto services tests $(wildcard benchmarks)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
@@ -26,8 +27,8 @@ demo: install
 	$(VENV)/bin/python -m inlet.services.demo
 
 check: install
-	$(VENV)/bin/ruff check core proto services tests benchmarks
-	$(VENV)/bin/ruff format --check core proto services tests benchmarks
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy core/src/inlet/core
 	$(VENV)/bin/mypy services/src/inlet/services
 	$(VENV)/bin/python tests/check_layering.py
