@@ -7,6 +7,7 @@ schema change are read with the current schema (new columns null, promoted types
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,23 +28,70 @@ Filter = tuple[str, str, Any]
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in"}
 
 
+def _decimal_scalar(value: Any) -> pa.Scalar:
+    """A decimal scalar holding ``value`` exactly, in its own precision and scale.
+
+    It is not cast to the column's type: ``amount > 1000`` must work on a DECIMAL(15,2) column
+    (an int64 does not fit 15 digits) and ``amount > 999.995`` must not be rounded to the
+    column's scale. Arrow compares decimals of different precision and scale exactly.
+    """
+    if isinstance(value, pa.Scalar):
+        value = value.as_py()
+    if isinstance(value, bool) or not isinstance(value, int | float | str | decimal.Decimal):
+        raise ValueError(f"not a number: {value!r}")
+    try:
+        number = decimal.Decimal(repr(value) if isinstance(value, float) else str(value).strip())
+    except decimal.InvalidOperation as e:
+        raise ValueError(f"not a number: {value!r}") from e
+    if not number.is_finite():
+        raise ValueError(f"not a finite number: {value!r}")
+    return pa.scalar(number)
+
+
+def _timestamp_scalar(value: str, typ: pa.TimestampType) -> pa.Scalar:
+    """A timestamp from text; on a zoned column, text without an offset is taken as UTC."""
+    text = value.strip()
+    if not typ.tz:
+        return pa.scalar(text).cast(typ)
+    try:
+        return pa.scalar(text).cast(typ)  # ISO-8601 with an offset (``Z``, ``+01:00``)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        naive = pa.scalar(text).cast(pa.timestamp(typ.unit))
+        return pc.assume_timezone(naive, "UTC").cast(typ)
+
+
 def _coerce(value: Any, typ: pa.DataType, column: str) -> Any:
     if isinstance(value, list | tuple | set):
         return [_coerce(v, typ, column) for v in value]
     try:
+        if value is not None and pa.types.is_decimal(typ):
+            return _decimal_scalar(value)
         if isinstance(value, str) and not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
             if pa.types.is_boolean(typ):
                 return pa.scalar(value.strip().lower() in ("true", "1", "yes"))
             if pa.types.is_timestamp(typ):
-                return (
-                    pc.assume_timezone(pa.scalar(value).cast(pa.timestamp(typ.unit)), "UTC")
-                    if typ.tz
-                    else pa.scalar(value).cast(typ)
-                )
+                return _timestamp_scalar(value, typ)
             return pa.scalar(value).cast(typ)
         return pa.scalar(value).cast(typ) if not isinstance(value, pa.Scalar) else value.cast(typ)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
         raise InvalidInputError(f"filter value {value!r} does not fit column {column!r} of type {typ}") from e
+
+
+def _value_array(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    """The array of an ``in`` list; decimals the column cannot hold exactly are left out
+    (no value of the column can equal them)."""
+    items = []
+    for x in values:
+        if isinstance(x, pa.Scalar):
+            if pa.types.is_decimal(typ) and x.is_valid:
+                try:
+                    x = x.cast(typ)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    continue
+            items.append(x.as_py())
+        else:
+            items.append(x)
+    return pa.array(items, typ)
 
 
 def filter_expression(filters: Sequence[Filter], schema: pa.Schema) -> ds.Expression | None:
@@ -61,10 +109,7 @@ def filter_expression(filters: Sequence[Filter], schema: pa.Schema) -> ds.Expres
         v = _coerce(value, schema.field(col).type, col)
         if op in ("in", "not in"):
             values = v if isinstance(v, list) else [v]
-            arr = pa.array(
-                [x.as_py() if isinstance(x, pa.Scalar) else x for x in values], schema.field(col).type
-            )
-            e = field.isin(arr)
+            e = field.isin(_value_array(values, schema.field(col).type))
             if op == "not in":
                 e = ~e
         elif op in ("=", "=="):
