@@ -333,7 +333,7 @@ class HudiTable:
 
     def write(
         self,
-        data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch],
+        data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch] | None,
         operation: WriteOperation | str = WriteOperation.UPSERT,
         options: dict[str, str] | None = None,
         partitions: Sequence[str] | None = None,

@@ -1,7 +1,460 @@
-"""``inlet`` CLI entry point (placeholder until the commands land)."""
+"""``inlet``: create, write, read and inspect Apache Hudi (table version 8) Copy-on-Write tables.
+
+Every command prints its result on stdout (JSON lines where a program will read it) and logs
+on stderr. Any failure prints one line ``inlet: error: <problem>`` on stderr and exits 1
+(2 for bad arguments); a failed write leaves the table as it was.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
-def main(argv: list[str] | None = None) -> int:
-    return 0
+import pyarrow as pa
+
+from inlet.core import InletError
+from inlet.services import logs
+from inlet.services.cli import commands
+from inlet.services.cli.dataio import INPUT_FORMATS
+from inlet.services.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
+from inlet.services.cli.options import (
+    TABLE_PATH_ENV,
+    choice,
+    choices_metavar,
+    env,
+    env_choice,
+    env_int,
+    int_at_least,
+    with_env,
+)
+
+log = logging.getLogger("inlet.cli")
+
+PROG = "inlet"
+OPERATIONS = (
+    "insert",
+    "upsert",
+    "delete",
+    "bulk_insert",
+    "insert_overwrite",
+    "insert_overwrite_table",
+    "delete_partition",
+)
+SORT_MODES = ("NONE", "GLOBAL_SORT", "PARTITION_SORT")
+TABLE_TYPES = ("cow", "mor")
+MERGE_MODES = ("event_time_ordering", "commit_time_ordering")
+KEY_GENERATORS = ("simple", "complex", "timestamp", "non_partition")
+TIMESTAMP_TYPES = ("EPOCHMILLISECONDS", "UNIX_TIMESTAMP", "EPOCHMICROSECONDS", "DATE_STRING")
+INDEXES = ("simple", "bucket")
+
+DESCRIPTION = """\
+Create, write, read and inspect Apache Hudi (table version 8) Copy-on-Write tables.
+
+Results go to stdout (JSON lines where a program will read them), logs to stderr. A failure
+prints one line 'inlet: error: <problem>' on stderr; a failed write leaves the table as it was.
+"""
+
+EPILOG = f"""\
+environment:
+  {logs.LOG_LEVEL_ENV}    log level on stderr (DEBUG, INFO, WARNING, ERROR; default WARNING)
+  {logs.LOG_FORMAT_ENV}   log format on stderr: text or json (default text)
+  {TABLE_PATH_ENV}   table path used when PATH is not given
+  (options of each command name their own variables in its --help)
+
+exit status: 0 success, 1 failure (message on stderr), 2 bad arguments.
+"""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Reports bad arguments as one ``inlet: error:`` line (raised, so main() prints it)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def _common_options(suppress: bool) -> ArgumentParser:
+    """Logging options, accepted before or after the command name."""
+    default = argparse.SUPPRESS if suppress else None
+    p = ArgumentParser(add_help=False)
+    g = p.add_argument_group("logging")
+    g.add_argument(
+        "--log-level",
+        type=choice(logs.LEVELS),
+        metavar=choices_metavar(logs.LEVELS),
+        default=default,
+        help=with_env("log level on stderr (default WARNING)", logs.LOG_LEVEL_ENV),
+    )
+    g.add_argument(
+        "--log-format",
+        type=choice(logs.FORMATS),
+        metavar=choices_metavar(logs.FORMATS),
+        default=default,
+        help=with_env("log format on stderr: text or JSON lines (default text)", logs.LOG_FORMAT_ENV),
+    )
+    g.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS if suppress else 0,
+        help="log progress (INFO); twice for DEBUG. --log-level wins over it",
+    )
+    return p
+
+
+def _add_command(
+    subparsers: argparse._SubParsersAction[ArgumentParser],
+    name: str,
+    handler: Handler,
+    summary: str,
+    description: str,
+) -> ArgumentParser:
+    p = subparsers.add_parser(
+        name,
+        help=summary,
+        description=description,
+        parents=[_common_options(suppress=True)],
+        formatter_class=_formatter,
+    )
+    p.set_defaults(handler=handler)
+    return p
+
+
+def _add_path(p: ArgumentParser, what: str = "the table's base path") -> None:
+    p.add_argument(
+        "path",
+        nargs="?",
+        metavar="PATH",
+        help=f"{what}: a local directory or a URI pyarrow understands [env: {TABLE_PATH_ENV}]",
+    )
+
+
+# ------------------------------------------------------------------------------ table
+
+
+def _add_table_create(tables: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = _add_command(
+        tables,
+        "create",
+        commands.cmd_table_create,
+        "create an empty Hudi table",
+        "Create an empty Hudi table (version 8): write .hoodie/hoodie.properties with the table's\n"
+        "keys, partitioning, merge mode and index. Fails if a table already exists at PATH.\n\n"
+        "example:\n  inlet table create /lake/trips --name trips --record-key id --partition-by city "
+        "--ordering-field ts",
+    )
+    _add_path(p, "where to create the table")
+    p.add_argument("--name", required=True, help="table name (letters, digits, underscores)")
+    p.add_argument(
+        "--type",
+        type=choice(TABLE_TYPES),
+        metavar=choices_metavar(TABLE_TYPES),
+        default="cow",
+        help="cow = Copy-on-Write, mor = Merge-on-Read (Inlet writes only cow so far; default cow)",
+    )
+    p.add_argument("--record-key", required=True, metavar="K[,K2]", help="record key field(s)")
+    p.add_argument("--partition-by", metavar="P[,P2]", help="partition field(s); none = unpartitioned")
+    p.add_argument(
+        "--ordering-field",
+        metavar="F",
+        help="field whose larger value wins when two versions of a record meet (precombine field)",
+    )
+    p.add_argument(
+        "--merge-mode",
+        type=choice(MERGE_MODES),
+        metavar=choices_metavar(MERGE_MODES),
+        help="how versions of a record merge; default event_time_ordering with --ordering-field, "
+        "else commit_time_ordering (the latest write wins)",
+    )
+    p.add_argument("--hive-style", action="store_true", help="partition paths as field=value")
+    p.add_argument("--url-encode", action="store_true", help="URL-encode partition path values")
+    p.add_argument(
+        "--key-generator",
+        type=choice(KEY_GENERATORS),
+        metavar=choices_metavar(KEY_GENERATORS),
+        help="key generator; default chosen from the key and partition fields "
+        "(timestamp when --timestamp-type is given)",
+    )
+    _add_timestamp_options(p)
+    _add_index_options(p)
+    p.add_argument(
+        "--database",
+        default=env("INLET_DATABASE"),
+        help=with_env("database name recorded in the table config", "INLET_DATABASE"),
+    )
+
+
+def _add_timestamp_options(p: ArgumentParser) -> None:
+    g = p.add_argument_group("timestamp partitioning (key generator 'timestamp')")
+    g.add_argument(
+        "--timestamp-type",
+        type=choice(TIMESTAMP_TYPES),
+        metavar=choices_metavar(TIMESTAMP_TYPES),
+        help="how the partition field holds time: epoch seconds/millis/micros or a date string",
+    )
+    g.add_argument(
+        "--timestamp-output-format",
+        metavar="FMT",
+        help="Java date pattern of the partition path, e.g. yyyy/MM/dd (default yyyy/MM/dd)",
+    )
+    g.add_argument(
+        "--timestamp-input-format",
+        metavar="FMT",
+        help="Java date pattern of DATE_STRING values (default yyyy-MM-dd HH:mm:ss)",
+    )
+    g.add_argument(
+        "--timestamp-timezone",
+        metavar="TZ",
+        default=env("INLET_TIMESTAMP_TIMEZONE", "UTC"),
+        help=with_env("time zone of the partition path (default UTC)", "INLET_TIMESTAMP_TIMEZONE"),
+    )
+
+
+def _add_index_options(p: ArgumentParser) -> None:
+    g = p.add_argument_group("index")
+    g.add_argument(
+        "--index",
+        type=choice(INDEXES),
+        metavar=choices_metavar(INDEXES),
+        default=env_choice("INLET_INDEX", INDEXES, "simple"),
+        help=with_env("how writes find existing records (default simple)", "INLET_INDEX"),
+    )
+    g.add_argument(
+        "--buckets",
+        type=int_at_least(1),
+        metavar="N",
+        default=env_int("INLET_BUCKETS", minimum=1),
+        help=with_env("number of buckets per partition for --index bucket (default 4)", "INLET_BUCKETS"),
+    )
+
+
+def _add_table_describe(tables: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = _add_command(
+        tables,
+        "describe",
+        commands.cmd_table_describe,
+        "show a table's configuration, schema and timeline summary",
+        "Show a table's name, type, keys, partitioning, merge mode, index, latest commit,\n"
+        "schema and hoodie.properties.",
+    )
+    _add_path(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+
+
+def _add_table(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "table",
+        help="create or describe a table",
+        description="Create or describe a Hudi table.",
+        formatter_class=_formatter,
+    )
+    tables = p.add_subparsers(dest="table_command", metavar="COMMAND", required=True)
+    _add_table_create(tables)
+    _add_table_describe(tables)
+
+
+# ------------------------------------------------------------------------------ write / read
+
+
+def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = _add_command(
+        subparsers,
+        "write",
+        commands.cmd_write,
+        "write a Parquet, JSON-lines or CSV file to a table",
+        "Write records from a file with a Hudi write operation and commit them atomically;\n"
+        "prints the commit summary as one JSON line. A failed write leaves the table unchanged.\n\n"
+        "operations: insert, upsert (insert or update by record key), delete (the input needs\n"
+        "only the record key and partition columns), bulk_insert, insert_overwrite (replace the\n"
+        "partitions in the input), insert_overwrite_table, delete_partition.\n\n"
+        "example:\n  inlet write /lake/trips --op upsert --input changes.jsonl",
+    )
+    _add_path(p)
+    p.add_argument(
+        "--op",
+        required=True,
+        type=choice(OPERATIONS),
+        metavar=choices_metavar(OPERATIONS),
+        help="the write operation",
+    )
+    p.add_argument(
+        "--input", metavar="FILE", help="input file (required unless delete_partition --partition)"
+    )
+    p.add_argument(
+        "--format",
+        type=choice(INPUT_FORMATS),
+        metavar=choices_metavar(INPUT_FORMATS),
+        default=env_choice("INLET_INPUT_FORMAT", INPUT_FORMATS),
+        help=with_env(
+            "input format (default: from the extension .parquet/.jsonl/.json/.csv, optionally .gz)",
+            "INLET_INPUT_FORMAT",
+        ),
+    )
+    p.add_argument(
+        "--sort-mode",
+        type=choice(SORT_MODES),
+        metavar=choices_metavar(SORT_MODES),
+        default=env_choice("INLET_BULK_INSERT_SORT_MODE", SORT_MODES),
+        help=with_env(
+            "bulk_insert sort mode (same as --option hoodie.bulkinsert.sort.mode=...; default NONE)",
+            "INLET_BULK_INSERT_SORT_MODE",
+        ),
+    )
+    p.add_argument(
+        "--partition",
+        action="append",
+        metavar="P",
+        help="partition path to drop with --op delete_partition (repeatable)",
+    )
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="Hudi write option, e.g. hoodie.parquet.max.file.size=134217728 (repeatable)",
+    )
+
+
+def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = _add_command(
+        subparsers,
+        "read",
+        commands.cmd_read,
+        "read a table (snapshot or time travel) as JSON lines or Parquet",
+        "Read the latest snapshot (or the table as of an instant) and print one JSON object per\n"
+        "row: timestamps and dates as ISO-8601 strings, decimals as strings, bytes as base64.\n\n"
+        "filters: 'col op value' with op one of == != < <= > >= in ('in' takes comma-separated\n"
+        "values); several --filter options must all hold.\n\n"
+        "example:\n  inlet read /lake/trips --filter 'city == sf' --filter 'fare >= 10' --columns id,fare",
+    )
+    _add_path(p)
+    p.add_argument(
+        "--as-of",
+        metavar="T",
+        help="time travel: read the table as of instant T (yyyyMMddHHmmssSSS or ISO-8601, UTC)",
+    )
+    p.add_argument("--columns", metavar="a,b", help="columns to return, in this order (default all)")
+    p.add_argument(
+        "--filter",
+        action="append",
+        metavar="'col op value'",
+        help="row filter, e.g. 'fare >= 10' or 'city in sf,nyc' (repeatable; all must hold)",
+    )
+    p.add_argument("--output", metavar="FILE.parquet", help="write a Parquet file instead of JSON lines")
+    p.add_argument("--no-meta", action="store_true", help="leave out the _hoodie_* meta columns")
+    p.add_argument("--limit", type=int_at_least(0), metavar="N", help="return at most N rows")
+
+
+# ------------------------------------------------------------------------------ timeline / rollback
+
+
+def _add_timeline(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = _add_command(
+        subparsers,
+        "timeline",
+        commands.cmd_timeline,
+        "list the table's instants (commits, rollbacks, ...)",
+        "List the instants of the active timeline: requested time, action, state and\n"
+        "completion time, oldest first.",
+    )
+    _add_path(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object per instant")
+
+
+def _add_rollback(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = _add_command(
+        subparsers,
+        "rollback",
+        commands.cmd_rollback,
+        "roll back failed (pending) writes",
+        "Roll back pending writes whose writer is gone (expired heartbeat) and finish\n"
+        "interrupted rollbacks; prints the rolled-back instants as JSON.",
+    )
+    _add_path(p)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="roll back every pending write, even one whose writer may still be running",
+    )
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog=PROG,
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        parents=[_common_options(suppress=False)],
+        formatter_class=_formatter,
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_table(subparsers)
+    _add_write(subparsers)
+    _add_read(subparsers)
+    _add_timeline(subparsers)
+    _add_rollback(subparsers)
+    return parser
+
+
+# ------------------------------------------------------------------------------ main
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    level = args.log_level
+    if level is None and args.verbose:
+        level = "DEBUG" if args.verbose > 1 else "INFO"
+    try:
+        logs.configure(level=level, fmt=args.log_format)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _fail(message: str, code: int) -> int:
+    text = " ".join(message.split()) or "unknown error"
+    sys.stderr.write(f"{PROG}: error: {text}\n")
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(args)
+    handler: Handler = args.handler
+    return handler(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 failure, 2 bad arguments)."""
+    try:
+        return _run(argv)
+    except CliError as e:
+        return _fail(str(e), e.exit_code)
+    except InletError as e:
+        return _fail(str(e), EXIT_FAILURE)
+    except pa.ArrowException as e:
+        return _fail(f"{type(e).__name__}: {e}", EXIT_FAILURE)
+    except BrokenPipeError:
+        # stdout's reader went away (e.g. `| head`): stop quietly, and keep the interpreter's
+        # final flush of stdout from failing again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return _fail("interrupted", EXIT_INTERRUPTED)
+    except OSError as e:
+        return _fail(str(e), EXIT_FAILURE)
+    except Exception as e:
+        log.debug("unexpected error", exc_info=True)
+        return _fail(
+            f"unexpected {type(e).__name__}: {e} (run with --log-level DEBUG for a traceback)", EXIT_FAILURE
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

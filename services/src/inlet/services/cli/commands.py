@@ -1,0 +1,225 @@
+"""The CLI commands: each takes the parsed arguments, writes its result to stdout and returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+import pyarrow as pa
+
+from inlet.core import HudiTable, TimestampPartitioning
+from inlet.services.cli import dataio, filters, options, render
+from inlet.services.cli.errors import EXIT_OK, UsageError
+from inlet.services.logs import log_event
+
+log = logging.getLogger("inlet.cli")
+
+SORT_MODE_OPTION = "hoodie.bulkinsert.sort.mode"
+DEFAULT_TIMESTAMP_OUTPUT_FORMAT = "yyyy/MM/dd"
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(dataio.json_safe(doc)) + "\n")
+
+
+# ------------------------------------------------------------------------------ table create
+
+
+def _timestamp_partitioning(args: argparse.Namespace) -> TimestampPartitioning | None:
+    extras = {
+        "--timestamp-output-format": args.timestamp_output_format,
+        "--timestamp-input-format": args.timestamp_input_format,
+    }
+    if args.timestamp_type is None:
+        given = [flag for flag, value in extras.items() if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} needs --timestamp-type")
+        if args.key_generator == "timestamp":
+            raise UsageError("--key-generator timestamp needs --timestamp-type")
+        return None
+    return TimestampPartitioning(
+        timestamp_type=args.timestamp_type,
+        output_format=args.timestamp_output_format or DEFAULT_TIMESTAMP_OUTPUT_FORMAT,
+        input_format=args.timestamp_input_format,
+        timezone=args.timestamp_timezone,
+    )
+
+
+def _buckets(args: argparse.Namespace) -> int:
+    if args.buckets is not None and args.index != "bucket":
+        raise UsageError("--buckets applies only to --index bucket")
+    return int(args.buckets) if args.buckets is not None else 4
+
+
+def cmd_table_create(args: argparse.Namespace) -> int:
+    path = options.table_path(args.path)
+    table = HudiTable.create(
+        path,
+        name=args.name,
+        record_key=options.split_list(args.record_key, "--record-key") or [],
+        partition_by=options.split_list(args.partition_by, "--partition-by"),
+        table_type=args.type,
+        ordering_field=args.ordering_field,
+        merge_mode=args.merge_mode,
+        hive_style=args.hive_style,
+        url_encode=args.url_encode,
+        key_generator=args.key_generator,
+        index=args.index,
+        buckets=_buckets(args),
+        database=args.database,
+        timestamp=_timestamp_partitioning(args),
+    )
+    log_event(log, logging.INFO, "table created", path=table.base_path, name=table.name)
+    parts = ",".join(table.partition_fields) or "(none)"
+    print(
+        f"created {table.table_type.value} table {table.name!r} at {table.base_path} "
+        f"(record key: {','.join(table.record_key_fields)}; partitioned by: {parts}; "
+        f"key generator: {table.key_generator.key_type.value.lower()})"
+    )
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ table describe
+
+
+def cmd_table_describe(args: argparse.Namespace) -> int:
+    info = HudiTable.open(options.table_path(args.path)).describe()
+    if args.json:
+        _print_json(info)
+    else:
+        print(render.format_mapping(info))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ write
+
+
+def _write_options(args: argparse.Namespace) -> dict[str, str]:
+    opts = options.parse_key_values(args.option)
+    if args.sort_mode:
+        if SORT_MODE_OPTION in opts and opts[SORT_MODE_OPTION].upper() != args.sort_mode:
+            raise UsageError(f"--sort-mode {args.sort_mode} contradicts --option {SORT_MODE_OPTION}")
+        opts[SORT_MODE_OPTION] = args.sort_mode
+    return opts
+
+
+def _check_write_args(args: argparse.Namespace) -> None:
+    if args.partition and args.op != "delete_partition":
+        raise UsageError("--partition applies only to --op delete_partition")
+    if args.input is None and not (args.op == "delete_partition" and args.partition):
+        needs = " (or --partition for delete_partition)" if args.op == "delete_partition" else ""
+        raise UsageError(f"--op {args.op} needs --input FILE{needs}")
+
+
+# with no records these still change the table (insert_overwrite_table empties it)
+_EMPTY_INPUT_OPS = ("insert_overwrite_table", "delete_partition")
+
+
+def _skipped_summary(operation: str) -> dict[str, Any]:
+    """What ``write`` prints when there was nothing to commit (same keys as a commit summary)."""
+    return {
+        "instant": None,
+        "completion_time": None,
+        "action": None,
+        "operation": operation.upper(),
+        "inserts": 0,
+        "updates": 0,
+        "deletes": 0,
+        "files": 0,
+        "replaced_file_groups": 0,
+    }
+
+
+def cmd_write(args: argparse.Namespace) -> int:
+    _check_write_args(args)
+    opts = _write_options(args)
+    table = HudiTable.open(options.table_path(args.path))
+    data: pa.Table | None = None
+    if args.input is not None:
+        data = dataio.read_input(args.input, args.format, table.schema())
+    rows = data.num_rows if data is not None else 0
+    if data is not None and rows == 0 and args.op not in _EMPTY_INPUT_OPS:
+        log_event(log, logging.WARNING, "input holds no records; nothing written", input=args.input)
+        _print_json(_skipped_summary(args.op))
+        return EXIT_OK
+    log_event(
+        log,
+        logging.INFO,
+        "write started",
+        table=table.base_path,
+        operation=args.op,
+        input=args.input,
+        rows=rows,
+    )
+    started = time.monotonic()
+    # data is None only for delete_partition by --partition, which the core accepts
+    result = table.write(data, operation=args.op, options=opts, partitions=args.partition)
+    summary = result.summary()
+    elapsed = round(time.monotonic() - started, 3)
+    log_event(log, logging.INFO, "write finished", table=table.base_path, elapsed_s=elapsed, **summary)
+    _print_json(summary)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ read
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    table = HudiTable.open(options.table_path(args.path))
+    started = time.monotonic()
+    result = table.read(
+        as_of=args.as_of,
+        columns=options.split_list(args.columns, "--columns"),
+        filters=filters.parse_filters(args.filter),
+        meta_columns=not args.no_meta,
+    )
+    if args.limit is not None:
+        result = result.slice(0, args.limit)
+    elapsed = round(time.monotonic() - started, 3)
+    log_event(
+        log, logging.INFO, "read finished", table=table.base_path, rows=result.num_rows, elapsed_s=elapsed
+    )
+    if args.output:
+        dataio.write_parquet(result, args.output)
+        _print_json({"output": args.output, "rows": result.num_rows, "columns": result.column_names})
+    else:
+        dataio.write_json_lines(result, sys.stdout)
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ timeline
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    table = HudiTable.open(options.table_path(args.path))
+    rows = [
+        {
+            "instant": i.time,
+            "action": i.action,
+            "state": i.state.value,
+            "completion_time": i.completion_time,
+        }
+        for i in table.instants()
+    ]
+    if args.json:
+        for row in rows:
+            _print_json(row)
+    else:
+        shown = [{**row, "completion_time": row["completion_time"] or "-"} for row in rows]
+        print(render.format_table(shown, ["instant", "action", "state", "completion_time"]))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ rollback
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    table = HudiTable.open(options.table_path(args.path))
+    rolled = table.rollback_failed_writes(force=args.force)
+    log_event(log, logging.INFO, "rollback finished", table=table.base_path, rolled_back=rolled)
+    _print_json({"rolled_back": rolled})
+    return EXIT_OK
