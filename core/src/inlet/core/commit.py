@@ -6,31 +6,52 @@ in-process implementation (table lock + clock). The gRPC coordinator client in
 
 Completion is atomic: the completed instant file appears in one rename, after a conflict check
 (optimistic concurrency: a commit fails if an instant that completed after this one began
-touched the same file groups) under the table lock.
+touched the same file groups) under the table lock. An instant that is no longer pending, or that
+another writer is rolling back, cannot be completed either.
 """
 
 from __future__ import annotations
 
 import abc
 import datetime as dt
+import logging
 import time
 
+from inlet.core import avro
 from inlet.core.commit_metadata import CommitMetadata
-from inlet.core.errors import CommitConflictError
-from inlet.core.instant import Action, Instant, State, format_instant_time
+from inlet.core.errors import CommitConflictError, InletError
+from inlet.core.instant import Action, Instant, State, format_instant_time, parse_instant_time
 from inlet.core.locks import table_lock
 from inlet.core.storage import Storage
 from inlet.core.timeline import Timeline
+
+log = logging.getLogger("inlet.core.commit")
 
 
 def now_instant_time() -> str:
     return format_instant_time(dt.datetime.now(dt.UTC).replace(tzinfo=None))
 
 
+# how far the timeline may run ahead of the clock before a new time is set just after it rather
+# than waited for (clock skew between writers, or a table whose timeline time zone is not UTC)
+MAX_CLOCK_WAIT_MS = 1000
+
+
 def next_instant_time(after: str | None) -> str:
-    """A time strictly after ``after`` on the wall clock: wait for the clock rather than invent one."""
+    """A time strictly after ``after``: the wall clock, waiting for it if it is a little behind.
+
+    If ``after`` is further ahead than :data:`MAX_CLOCK_WAIT_MS`, the time is ``after`` + 1 ms:
+    times must increase, and waiting for the clock to catch up could take hours.
+    """
     t = now_instant_time()
-    while after is not None and t <= after:
+    if after is None or t > after:
+        return t
+    after_moment = parse_instant_time(after)
+    ahead_ms = (after_moment - parse_instant_time(t)).total_seconds() * 1000
+    if ahead_ms > MAX_CLOCK_WAIT_MS:
+        log.warning("the timeline is %d ms ahead of this clock; issuing the time after %s", ahead_ms, after)
+        return format_instant_time(after_moment + dt.timedelta(milliseconds=1))
+    while t <= after:
         time.sleep(0.001)
         t = now_instant_time()
     return t
@@ -77,6 +98,30 @@ def find_conflicts(
     return out
 
 
+def check_still_pending(timeline: Timeline, instant: Instant) -> None:
+    """Raise :class:`CommitConflictError` unless ``instant`` is pending with no rollback pending.
+
+    Another writer that took this one for dead (expired heartbeat) may have rolled the instant
+    back, or be rolling it back: completing it then would publish deleted files.
+    """
+    current = next((i for i in timeline.instants if i.time == instant.time), None)
+    if current is None or current.is_completed:
+        state = "was rolled back" if current is None else "has already completed"
+        raise CommitConflictError(f"instant {instant.time} {state}; it cannot be completed, retry the write")
+    for rb in timeline.pending([Action.ROLLBACK]):
+        requested = Instant(rb.time, Action.ROLLBACK, State.REQUESTED)
+        try:
+            plan = avro.decode(timeline.read_bytes(requested), f"rollback plan {requested.file_name()}")
+        except InletError:
+            continue  # a rollback plan being written is not yet a decision
+        target = (plan.get("instantToRollback") or {}).get("commitTime")
+        if target == instant.time:
+            raise CommitConflictError(
+                f"instant {instant.time} is being rolled back by rollback {rb.time} (its writer was "
+                "taken for dead: heartbeat expired); retry the write"
+            )
+
+
 class LocalCommitProtocol(CommitProtocol):
     """Commits serialised by a lock on this machine (threads and processes)."""
 
@@ -106,6 +151,7 @@ class LocalCommitProtocol(CommitProtocol):
     def complete(self, instant: Instant, metadata: CommitMetadata) -> Instant:
         with table_lock(self.storage):
             tl = self.timeline()
+            check_still_pending(tl, instant)
             conflicts = find_conflicts(tl, instant, metadata)
             if conflicts:
                 other, groups = conflicts[0]
@@ -122,6 +168,9 @@ class LocalCommitProtocol(CommitProtocol):
     def finish(self, instant: Instant, content: bytes) -> Instant:
         with table_lock(self.storage):
             tl = self.timeline()
+            for existing in tl.instants:
+                if existing.time == instant.time and existing.is_completed:
+                    return existing  # finished by another process meanwhile (e.g. a resumed rollback)
             done = instant.with_state(State.COMPLETED, next_instant_time(tl.max_instant_time()))
             self._write(tl, done, content)
             return done

@@ -12,6 +12,9 @@ AFTER_REQUESTED = "after_requested"
 AFTER_INFLIGHT = "after_inflight"
 AFTER_DATA_FILES = "after_data_files"
 BEFORE_COMPLETE = "before_complete"
+# in a rollback: after its plan and inflight file, and after deleting the failed write's files
+ROLLBACK_AFTER_PLAN = "rollback_after_plan"
+ROLLBACK_AFTER_DELETE = "rollback_after_delete"
 CRASH_EXIT_CODE = 77
 
 

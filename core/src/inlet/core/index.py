@@ -1,8 +1,8 @@
 """Indexes: where does a record key live?
 
-- :class:`BucketIndex` — Apache Hudi's simple bucket index: ``(javaListHashCode(hashKeyValues)
-  & 0x7fffffff) % numBuckets``, file ids prefixed by the zero-padded bucket number, so Inlet and
-  Apache Hudi route every key to the same file group.
+- the simple bucket index — Apache Hudi's ``(javaListHashCode(hashKeyValues) & 0x7fffffff) %
+  numBuckets``, file ids prefixed by the zero-padded bucket number, so Inlet and Apache Hudi
+  route every key to the same file group.
 - :class:`SimpleIndex` — joins incoming keys with the ``_hoodie_record_key`` column of the
   latest file slices of the touched partitions.
 """
@@ -18,10 +18,14 @@ BUCKET_ID_WIDTH = 8
 _INT_MASK = 0xFFFFFFFF
 
 
+NULL_PLACEHOLDER = "__null__"  # complex record keys encode null and empty values with these
+EMPTY_PLACEHOLDER = "__empty__"
+
+
 def java_string_hash(text: str) -> int:
     """``java.lang.String#hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
     h = 0
-    data = text.encode("utf-16-be")
+    data = text.encode("utf-16-be", "surrogatepass")  # a lone surrogate is one code unit in Java too
     for i in range(0, len(data), 2):
         h = (31 * h + ((data[i] << 8) | data[i + 1])) & _INT_MASK
     return h - (1 << 32) if h & 0x80000000 else h
@@ -35,28 +39,46 @@ def java_list_hash(values: Iterable[str | None]) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def hash_key_values(record_key: str, hash_fields: Sequence[str]) -> list[str | None]:
-    """The values Hudi hashes for a record key (``BucketIdentifier#getHashKeys``).
+def _last_index_of(text: str, char: str, from_index: int) -> int:
+    """``String#lastIndexOf(char, fromIndex)``: -1 for a negative ``from_index``."""
+    return text.rfind(char, 0, from_index + 1) if from_index >= 0 else -1
 
-    A key without ``:`` is a simple key and hashes as itself; a complex key ``f1:v1,f2:v2`` is
-    split and the values of ``hash_fields`` are taken in that order.
+
+def hash_key_values(record_key: str, hash_fields: Sequence[str]) -> list[str | None]:
+    """The values Apache Hudi 1.x hashes for a record key (``KeyGenUtils#extractRecordKeysByFields``).
+
+    A key without both ``,`` and ``:`` hashes as itself. A complex key ``f1:v1,f2:v2`` yields the
+    values of the fields listed in ``hash_fields`` (all of them if it is empty) in the order the
+    key holds them; ``__null__`` is null and ``__empty__`` the empty string. A value runs to the
+    last ``,`` before the next ``:``, so values may hold ``:`` (timestamps) and ``,``.
     """
-    if ":" not in record_key:
+    if "," not in record_key or ":" not in record_key:
         return [record_key]
-    pairs: dict[str, str] = {}
-    for part in record_key.split(","):
-        pieces = [p for p in part.split(":")]
-        # Java's String#split drops trailing empty strings; a missing value maps to nothing
-        while pieces and pieces[-1] == "":
-            pieces.pop()
-        if len(pieces) >= 2:
-            pairs[pieces[0]] = pieces[1]
-        elif pieces:
-            pairs.setdefault(pieces[0], "")
-    return [pairs.get(f) for f in hash_fields]
+    wanted = set(hash_fields)
+    take_all = not wanted or wanted == {""}
+    values: list[str | None] = []
+    pos, end = 0, len(record_key)
+    while pos < end:
+        sep = record_key.find(":", pos)
+        if sep < 0:
+            break
+        field = record_key[pos:sep]
+        nxt = record_key.find(":", sep + 1)
+        comma = _last_index_of(record_key, ",", nxt)
+        while comma < sep and nxt > 0:  # skip the ':' inside this value
+            nxt = record_key.find(":", nxt + 1)
+            comma = _last_index_of(record_key, ",", nxt)
+        if nxt < 0 or comma <= 0:
+            value, pos = record_key[sep + 1 :], end  # the last pair
+        else:
+            value, pos = record_key[sep + 1 : comma], comma + 1
+        if take_all or field in wanted:
+            values.append(None if value == NULL_PLACEHOLDER else "" if value == EMPTY_PLACEHOLDER else value)
+    return values or [record_key]
 
 
 def bucket_id(record_key: str, hash_fields: Sequence[str], num_buckets: int) -> int:
+    """``BucketIdentifier#getBucketId``: ``(hashKeys.hashCode() & Integer.MAX_VALUE) % numBuckets``."""
     return (java_list_hash(hash_key_values(record_key, hash_fields)) & 0x7FFFFFFF) % num_buckets
 
 

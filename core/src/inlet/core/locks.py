@@ -34,8 +34,13 @@ def _lock_file_path(storage: Storage) -> str:
 
 @contextmanager
 def table_lock(storage: Storage) -> Iterator[None]:
-    """Hold the table's lock (re-entrant within a thread)."""
-    key = storage.base_uri
+    """Hold the table's lock (re-entrant within a thread).
+
+    Keyed by the lock file, not the URI: two spellings of one table (``/t``, ``file:///t``) must
+    share the re-entrancy count, or a thread holding one would wait forever on the other's flock.
+    """
+    path = _lock_file_path(storage)
+    key = path
     with _registry_guard:
         tlock = _thread_locks.setdefault(key, threading.RLock())
     with tlock:
@@ -48,7 +53,6 @@ def table_lock(storage: Storage) -> Iterator[None]:
             finally:
                 depths[key] -= 1
             return
-        path = _lock_file_path(storage)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

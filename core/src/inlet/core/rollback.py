@@ -4,6 +4,11 @@ Steps, as Apache Hudi takes them: ``<r>.rollback.requested`` (a ``HoodieRollback
 the files), ``<r>.rollback.inflight``, delete the files, ``<r>_<c>.rollback``
 (``HoodieRollbackMetadata``), then remove the failed instant's own timeline files and markers.
 A rollback interrupted half-way is finished by the next one from its plan.
+
+A pending write is rolled back by another writer only when its heartbeat has expired (see
+:mod:`inlet.core.heartbeat`). The plan is written under the table lock after checking that the
+write is still pending, and :meth:`LocalCommitProtocol.complete` refuses an instant that has a
+pending rollback, so a writer wrongly taken for dead fails its commit instead of losing files.
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ import posixpath
 import time
 from typing import TYPE_CHECKING, Any
 
-from inlet.core import avro, heartbeat, markers
+from inlet.core import avro, faults, heartbeat, markers
+from inlet.core.errors import InletError
 from inlet.core.filegroups import BaseFile, LogFile, list_data_files
 from inlet.core.instant import Action, Instant, State
+from inlet.core.locks import table_lock
 
 if TYPE_CHECKING:
     from inlet.core.table import HudiTable
@@ -55,13 +62,13 @@ def _plan(instant: Instant, files: list[str]) -> dict[str, Any]:
 def _execute(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) -> None:
     started = time.monotonic()
     storage = table.storage
-    tl = table.timeline
     target = plan["instantToRollback"]
     deleted: dict[str, list[str]] = {}
     for req in plan.get("RollbackRequests") or []:
         for f in req.get("filesToBeDeleted") or []:
             storage.delete(f)
             deleted.setdefault(req["partitionPath"], []).append(f)
+    faults.crash_point(faults.ROLLBACK_AFTER_DELETE)
     metadata = {
         "startRollbackTime": rollback_instant.time,
         "timeTakenInMillis": int((time.monotonic() - started) * 1000),
@@ -81,6 +88,7 @@ def _execute(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) 
         "instantsRollback": [{"commitTime": target["commitTime"], "action": target["action"]}],
     }
     # remove the failed instant's timeline files, newest state first, then complete the rollback
+    tl = table.timeline
     for inst in tl.instants:
         if inst.time == target["commitTime"] and not inst.is_completed:
             for state in (State.INFLIGHT, State.REQUESTED):
@@ -90,32 +98,70 @@ def _execute(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) 
     table.commit_protocol.finish(rollback_instant, avro.encode("HoodieRollbackMetadata", metadata))
 
 
+def read_plan(table: HudiTable, rollback_instant: Instant) -> dict[str, Any]:
+    """The ``HoodieRollbackPlan`` of a rollback instant (its requested file)."""
+    requested = Instant(rollback_instant.time, Action.ROLLBACK, State.REQUESTED)
+    return avro.decode(table.timeline.read_bytes(requested), f"rollback plan {requested.file_name()}")
+
+
+def _finish(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) -> None:
+    if rollback_instant.state is State.REQUESTED:
+        table.commit_protocol.set_inflight(rollback_instant)
+    faults.crash_point(faults.ROLLBACK_AFTER_PLAN)
+    _execute(table, rollback_instant, plan)
+
+
 def rollback(table: HudiTable, instant: Instant) -> str:
-    """Roll back one pending write instant; returns the rollback instant time."""
+    """Roll back one pending write instant; returns the rollback instant time.
+
+    Raises :class:`InletError` (deleting nothing) if the instant has completed meanwhile. If a
+    rollback of the instant is already pending, that one is finished instead of starting another.
+    """
     files = _files_of(table, instant.time)
     plan = _plan(instant, files)
-    rb = table.commit_protocol.begin(Action.ROLLBACK, avro.encode("HoodieRollbackPlan", plan))
-    table.commit_protocol.set_inflight(rb)
-    _execute(table, rb, plan)
+    with table_lock(table.storage):
+        tl = table.timeline
+        if any(i.time == instant.time and i.is_completed for i in tl.instants):
+            raise InletError(f"instant {instant.time} has completed; it cannot be rolled back as failed")
+        for pending in tl.pending([Action.ROLLBACK]):
+            existing = read_plan(table, pending)
+            if existing["instantToRollback"]["commitTime"] == instant.time:
+                rb, plan = pending, existing
+                break
+        else:
+            rb = table.commit_protocol.begin(Action.ROLLBACK, avro.encode("HoodieRollbackPlan", plan))
+    _finish(table, rb, plan)
     log.info("rolled back %s %s (%d files)", instant.action, instant.time, len(files))
     return rb.time
+
+
+def _last_written_ms(table: HudiTable, instant_time: str) -> float | None:
+    """When the instant's timeline files were last written (its writer's last sign of life)."""
+    times = [
+        float(f.mtime_ms)
+        for f in table.storage.list_files(table.timeline.dir)
+        if f.mtime_ms is not None and posixpath.basename(f.path).startswith(instant_time)
+    ]
+    return max(times) if times else None
 
 
 def rollback_failed_writes(table: HudiTable, force: bool = False) -> list[str]:
     """Finish interrupted rollbacks, then roll back pending writes whose writer is gone."""
     done = []
-    tl = table.timeline
-    for rb in tl.pending([Action.ROLLBACK]):
-        requested = Instant(rb.time, rb.action, State.REQUESTED)
-        plan = avro.decode(table.storage.read_bytes(tl.path_of(requested)), "rollback plan")
-        _execute(table, rb, plan)
+    for rb in table.timeline.pending([Action.ROLLBACK]):
+        plan = read_plan(table, rb)
+        _finish(table, rb, plan)
         done.append(plan["instantToRollback"]["commitTime"])
-    tl = table.timeline
     rolled = set(done)
-    for inst in tl.pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
+    for inst in table.timeline.pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
         if inst.time in rolled:
             continue
-        if force or heartbeat.is_expired(table.storage, inst.time):
-            rollback(table, inst)
+        started = _last_written_ms(table, inst.time)
+        if force or heartbeat.is_expired(table.storage, inst.time, started_ms=started):
+            try:
+                rollback(table, inst)
+            except InletError as e:  # completed meanwhile: its writer was alive after all
+                log.warning("not rolling back %s: %s", inst.time, e)
+                continue
             done.append(inst.time)
     return done
