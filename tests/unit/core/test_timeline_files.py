@@ -212,3 +212,12 @@ def test_layout1_timeline_lives_in_dot_hoodie(tmp_path: Path) -> None:
     assert inst.action == Action.COMMIT and inst.is_completed
     assert inst.completion_time is not None and inst.completion_time >= T
     assert tl.path_of(inst) == f".hoodie/{T}.commit"
+
+
+def test_malformed_and_legacy_instant_names() -> None:
+    # an empty completion time is not a completed instant
+    assert Instant.parse_file_name("20240102030405678_.commit") is None
+    # Hudi before 0.10 wrote second-precision instant times (layout 1)
+    legacy = Instant.parse_file_name("20240102030405.commit", mtime_ms=1_704_164_645_000)
+    assert legacy is not None and legacy.time == "20240102030405" and legacy.is_completed
+    assert Instant.parse_file_name("2024010203040.commit") is None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from inlet.core.errors import InvalidInputError
 
 INSTANT_FORMAT = "%Y%m%d%H%M%S"
-INSTANT_RE = re.compile(r"^\d{17}$")
+INSTANT_RE = re.compile(r"^\d{14}(\d{3})?$")  # 14 digits: Hudi before 0.10 (no millis)
 
 
 class State(enum.StrEnum):
@@ -105,8 +105,8 @@ class Instant:
         head, dot, rest = name.partition(".")
         if not dot or not rest:
             return None
-        time, _, completion = head.partition("_")
-        if not INSTANT_RE.match(time) or (completion and not INSTANT_RE.match(completion)):
+        time, sep, completion = head.partition("_")
+        if not INSTANT_RE.match(time) or (sep and not INSTANT_RE.match(completion)):
             return None
         parts = rest.split(".")
         if parts == ["inflight"]:
