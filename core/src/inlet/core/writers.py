@@ -8,7 +8,7 @@ The pipeline (the Spark engine runs the same steps distributed):
 2. plan — tag records with their file group (simple or bucket index), pack inserts into small
    file groups first, then new ones; replace operations list the file groups they replace.
 3. execute — one :func:`write_file_group` per file group: marker, then the new base file
-   (existing records merged with incoming ones), returning a write stat.
+   (stored records merged with incoming ones; inserts are appended), returning a write stat.
 4. commit — the commit protocol checks conflicts and writes the completed instant atomically.
    Any failure before that rolls the instant back; a crash leaves a pending instant that the
    next writer rolls back.
@@ -49,7 +49,7 @@ from inlet.core.filegroups import (
     new_file_id,
     write_token,
 )
-from inlet.core.index import SimpleIndex, bucket_file_id_prefix, bucket_ids, bucket_of_file_id
+from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_id
 from inlet.core.instant import Action, Instant
 from inlet.core.rollback import rollback, rollback_failed_writes
 from inlet.core.schema import (
@@ -172,6 +172,9 @@ class FileGroupWrite:
     base_file: BaseFile | None
     records: pa.Table  # incoming records routed here (data columns + KEY/PARTITION/DELETED)
     explicit_deletes: bool = False  # deletes from the delete operation win regardless of ordering
+    # insert / bulk_insert: append to the base file without merging stored records of the same key
+    # (Apache Hudi's concat handle; hoodie.merge.allow.duplicate.on.inserts defaults to true)
+    concat: bool = False
 
 
 @dataclass
@@ -220,7 +223,10 @@ def plan_write(
         if op is WriteOperation.DELETE_PARTITION:
             return plan
         for p, recs in by_partition.items():
-            plan.file_groups.extend(_new_file_groups(table, p, recs, view, options, small_files=False))
+            # the partition is replaced even if all its incoming records are deletes
+            rows = recs.filter(pc.invert(recs.column(DELETED)))
+            if rows.num_rows:
+                plan.file_groups.extend(_new_file_groups(table, p, rows, view, options, replace=True))
         return plan
 
     explicit = op is WriteOperation.DELETE
@@ -232,21 +238,12 @@ def plan_write(
             plan.file_groups.extend(_bucket_groups(table, p, recs, view, explicit))
             continue
         if lookup:
-            index = SimpleIndex()
-            for bf in view.latest_base_files(p):
-                keys = table.storage.read_parquet(bf.path, columns=[KEY]).column(KEY)
-                index.add(p, bf.file_id, keys.to_pylist())
-            located = np.array([index.lookup(p, k) or "" for k in recs.column(KEY).to_pylist()], dtype=object)
-            found = located != ""
-            for fid in sorted(set(located[found])):
+            located = _locate(table, view, p, recs)
+            found = np.zeros(recs.num_rows, dtype=bool)
+            for fid, rows in located.items():
+                found[rows] = True
                 plan.file_groups.append(
-                    FileGroupWrite(
-                        p,
-                        fid,
-                        _latest(view, p, fid),
-                        recs.filter(pa.array(located == fid)),
-                        explicit,
-                    )
+                    FileGroupWrite(p, fid, _latest(view, p, fid), recs.take(pa.array(rows)), explicit)
                 )
             recs = recs.filter(pa.array(~found))
             if explicit:
@@ -260,7 +257,30 @@ def plan_write(
                     table, p, inserts, view, options, small_files=op is not WriteOperation.BULK_INSERT
                 )
             )
+    if op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT):
+        for g in plan.file_groups:
+            g.concat = True
     return _merge_same_groups(plan)
+
+
+def _locate(table: HudiTable, view: FileSystemView, partition: str, recs: pa.Table) -> dict[str, np.ndarray]:
+    """Simple index: file id -> positions (ascending) of the incoming records stored in it.
+
+    A key stored in several file groups (duplicates written by inserts) is routed to each of
+    them, as Apache Hudi's simple index does (a join of incoming keys with stored locations).
+    """
+    stored = []
+    for bf in view.latest_base_files(partition):
+        keys = pc.unique(table.storage.read_parquet(bf.path, columns=[KEY]).column(KEY).combine_chunks())
+        stored.append(pa.table({KEY: keys, "__fid": pa.array([bf.file_id] * len(keys), pa.string())}))
+    if not stored or recs.num_rows == 0:
+        return {}
+    locations = pa.concat_tables(stored)
+    incoming = pa.table({KEY: recs.column(KEY), "__pos": pa.array(np.arange(recs.num_rows, dtype=np.int64))})
+    joined = incoming.join(locations, keys=KEY, join_type="inner")
+    fids = np.asarray(joined.column("__fid").to_numpy(zero_copy_only=False), dtype=object)
+    pos = np.asarray(joined.column("__pos").to_numpy(), dtype=np.int64)
+    return {str(fid): np.sort(pos[fids == fid]) for fid in sorted(set(fids.tolist()))}
 
 
 def _merge_same_groups(plan: WritePlan) -> WritePlan:
@@ -269,6 +289,8 @@ def _merge_same_groups(plan: WritePlan) -> WritePlan:
         key = (g.partition, g.file_id)
         if key in merged:
             prev = merged[key]
+            if prev.concat != g.concat or prev.explicit_deletes != g.explicit_deletes:
+                raise AssertionError(f"conflicting writes planned for file group {g.file_id}")
             prev.records = pa.concat_tables([prev.records, g.records])
         else:
             merged[key] = g
@@ -292,10 +314,11 @@ def _sort_bulk(records: pa.Table, options: dict[str, str]) -> pa.Table:
 
 
 def _bucket_groups(
-    table: HudiTable, p: str, recs: pa.Table, view: FileSystemView, explicit: bool
+    table: HudiTable, p: str, recs: pa.Table, view: FileSystemView, explicit: bool, replace: bool = False
 ) -> list[FileGroupWrite]:
+    """Route records to their bucket's file group (a new one per bucket when ``replace``)."""
     existing: dict[int, str] = {}
-    for g in view.file_groups(p):
+    for g in [] if replace else view.file_groups(p):
         b = bucket_of_file_id(g.file_id)
         if b is not None:
             existing[b] = g.file_id
@@ -319,10 +342,17 @@ def _new_file_groups(
     recs: pa.Table,
     view: FileSystemView,
     options: dict[str, str],
-    small_files: bool,
+    small_files: bool = False,
+    replace: bool = False,
 ) -> list[FileGroupWrite]:
+    """File groups for inserts: small existing ones first (if ``small_files``), then new ones.
+
+    ``replace`` (insert_overwrite*): the partition's file groups are being replaced, so every
+    record goes to a new file group (for the bucket index: a new file group per bucket).
+    """
     if table.index_type is IndexType.BUCKET:
-        return _bucket_groups(table, p, recs, view, explicit=False)
+        return _bucket_groups(table, p, recs, view, explicit=False, replace=replace)
+    small_files = small_files and not replace
     max_size = WriteConfig.PARQUET_MAX_FILE_SIZE.require(options)
     small_limit = WriteConfig.PARQUET_SMALL_FILE_LIMIT.require(options)
     avg = _avg_record_size(view, WriteConfig.COPY_ON_WRITE_RECORD_SIZE_ESTIMATE.require(options))
@@ -373,7 +403,12 @@ def _meta(n: int, value: str) -> pa.Array:
 def write_file_group(
     storage: Storage, ctx: WriteContext, fg: FileGroupWrite, task_id: int, attempt: int = 0
 ) -> WriteStat:
-    """Write the new base file of one file group; returns its write stat."""
+    """Write the new base file of one file group; returns its write stat.
+
+    Upserts and deletes merge each stored record with the incoming record of its key (the
+    merge mode decides; a key stored twice is merged twice, as Apache Hudi's merge handle does).
+    Inserts (``fg.concat``) keep every stored record and append the incoming ones.
+    """
     started = time.monotonic()
     token = write_token(task_id, 0, attempt)
     name = base_file_name(fg.file_id, token, ctx.instant_time)
@@ -381,34 +416,37 @@ def write_file_group(
     full_schema = pa.schema(list(meta_schema()) + list(ctx.schema))
     incoming = fg.records
     deleted_flags = np.asarray(incoming.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
-    inc_keys = incoming.column(KEY).to_pylist()
 
     kept = None
     num_updates = num_deletes = 0
-    win = np.ones(incoming.num_rows, dtype=bool)
+    write_new = ~deleted_flags  # incoming records written as new records
+    updates = np.zeros(0, dtype=np.int64)  # incoming positions written over stored records
     if fg.base_file is not None:
         existing = storage.read_parquet(fg.base_file.path)
         existing = cast_to(existing, full_schema)
-        ex_keys = existing.column(KEY).to_pylist()
-        ex_pos = {k: i for i, k in enumerate(ex_keys)}
-        match_ex = np.array([ex_pos.get(k, -1) for k in inc_keys], dtype=np.int64)
-        matched = match_ex >= 0
-        if matched.any() and not fg.explicit_deletes and ctx.ordering_field:
-            idx = np.nonzero(matched)[0]
-            stored = existing.column(ctx.ordering_field).take(pa.array(match_ex[idx]))
-            inc = incoming.column(ctx.ordering_field).take(pa.array(idx))
-            win[idx] = merging.incoming_wins(ctx.merge_mode, stored, inc)
         replaced_rows = np.zeros(existing.num_rows, dtype=bool)
-        replaced_rows[match_ex[matched & win]] = True
+        if not fg.concat:
+            # merge every stored record with the incoming record of its key (incoming keys are
+            # unique here: upserts and deletes are deduplicated); a key stored twice is merged twice
+            inc_pos = {k: i for i, k in enumerate(incoming.column(KEY).to_pylist())}
+            ex_match = np.array(
+                [inc_pos.get(k, -1) for k in existing.column(KEY).to_pylist()], dtype=np.int64
+            )
+            ex_idx = np.nonzero(ex_match >= 0)[0]
+            win = np.ones(len(ex_idx), dtype=bool)
+            if len(ex_idx) and not fg.explicit_deletes and ctx.ordering_field:
+                stored = existing.column(ctx.ordering_field).take(pa.array(ex_idx))
+                inc = incoming.column(ctx.ordering_field).take(pa.array(ex_match[ex_idx]))
+                win = merging.incoming_wins(ctx.merge_mode, stored, inc)
+            replaced_rows[ex_idx[win]] = True
+            winners = ex_match[ex_idx[win]]
+            updates = winners[~deleted_flags[winners]]
+            num_updates = len(updates)
+            num_deletes = int(deleted_flags[winners].sum())
+            write_new[ex_match[ex_idx]] = False  # matched a stored record: never a new record
         kept = existing.filter(pa.array(~replaced_rows))
-        num_updates = int((matched & win & ~deleted_flags).sum())
-        num_deletes = int((matched & win & deleted_flags).sum())
-        is_new = ~matched
-    else:
-        is_new = np.ones(incoming.num_rows, dtype=bool)
-    write_mask = win & ~deleted_flags
-    fresh = incoming.filter(pa.array(write_mask))
-    num_inserts = int((write_mask & is_new).sum())
+    num_inserts = int(write_new.sum())
+    fresh = pa.concat_tables([incoming.take(pa.array(updates)), incoming.filter(pa.array(write_new))])
 
     n = fresh.num_rows
     seq = pa.array([f"{ctx.instant_time}_{task_id}_{i}" for i in range(n)], pa.string())
