@@ -193,3 +193,21 @@ def test_bulk_insert_sort_modes(tmp_path: pathlib.Path, mode: str) -> None:
         assert keys == [str(i) for i in ids]
     else:
         assert keys == sorted(str(i) for i in ids)
+
+
+def test_bucket_index_hashes_the_configured_hash_field(tmp_path: pathlib.Path) -> None:
+    # Apache Hudi may hash a subset of the record key (hoodie.bucket.index.hash.field)
+    t = HudiTable.create(
+        str(tmp_path / "b"),
+        name="b",
+        record_key="id,name",
+        index="bucket",
+        buckets=8,
+        extra_properties={"hoodie.bucket.index.hash.field": "id"},
+    )
+    ids = list(range(40))
+    t.write(pa.table({"id": ids, "name": [f"n{i}" for i in ids]}))
+    for row in t.read(columns=["id", "_hoodie_file_name"]).to_pylist():
+        # List.hashCode of the single value str(id): 31 * 1 + String.hashCode
+        h = 31 + sum(ord(c) * 31 ** (len(str(row["id"])) - 1 - i) for i, c in enumerate(str(row["id"])))
+        assert int(row["_hoodie_file_name"][:8]) == (h & 0x7FFFFFFF) % 8

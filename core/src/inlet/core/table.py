@@ -258,6 +258,15 @@ class HudiTable:
         return TableConfig.INDEX_TYPE.require(self.props)
 
     @property
+    def populate_meta_fields(self) -> bool:
+        return bool(TableConfig.POPULATE_META_FIELDS.get(self.props))
+
+    @property
+    def bucket_hash_fields(self) -> tuple[str, ...]:
+        """Fields the bucket index hashes (``hoodie.bucket.index.hash.field``; default the record key)."""
+        return tuple(TableConfig.BUCKET_HASH_FIELDS.get(self.props) or self.record_key_fields)
+
+    @property
     def num_buckets(self) -> int:
         return TableConfig.BUCKET_NUM.require(self.props)
 

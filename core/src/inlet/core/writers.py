@@ -51,6 +51,7 @@ from inlet.core.filegroups import (
 )
 from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_id
 from inlet.core.instant import Action, Instant
+from inlet.core.keys import KeyGenerator
 from inlet.core.rollback import rollback, rollback_failed_writes
 from inlet.core.schema import (
     IS_DELETED_COLUMN,
@@ -263,6 +264,15 @@ def plan_write(
     return _merge_same_groups(plan)
 
 
+def stored_record_keys(storage: Storage, path: str, kg: KeyGenerator, populate_meta_fields: bool) -> pa.Array:
+    """Record keys of a base file: its ``_hoodie_record_key`` column, or (tables written with
+    ``hoodie.populate.meta.fields=false``, where that column is null) recomputed from the data."""
+    if populate_meta_fields:
+        return storage.read_parquet(path, columns=[KEY]).column(KEY).combine_chunks()
+    data = storage.read_parquet(path, columns=list(kg.record_key_fields))
+    return kg.record_keys(data).combine_chunks()
+
+
 def _locate(table: HudiTable, view: FileSystemView, partition: str, recs: pa.Table) -> dict[str, np.ndarray]:
     """Simple index: file id -> positions (ascending) of the incoming records stored in it.
 
@@ -271,7 +281,9 @@ def _locate(table: HudiTable, view: FileSystemView, partition: str, recs: pa.Tab
     """
     stored = []
     for bf in view.latest_base_files(partition):
-        keys = pc.unique(table.storage.read_parquet(bf.path, columns=[KEY]).column(KEY).combine_chunks())
+        keys = pc.unique(
+            stored_record_keys(table.storage, bf.path, table.key_generator, table.populate_meta_fields)
+        )
         stored.append(pa.table({KEY: keys, "__fid": pa.array([bf.file_id] * len(keys), pa.string())}))
     if not stored or recs.num_rows == 0:
         return {}
@@ -322,7 +334,7 @@ def _bucket_groups(
         b = bucket_of_file_id(g.file_id)
         if b is not None:
             existing[b] = g.file_id
-    hash_fields = list(table.record_key_fields)
+    hash_fields = list(table.bucket_hash_fields)
     buckets = bucket_ids(recs.column(KEY), hash_fields, table.num_buckets).to_numpy()
     out = []
     for b in sorted(set(buckets.tolist())):
@@ -393,11 +405,21 @@ class WriteContext:
     avro_schema: str
     merge_mode: MergeMode
     ordering_field: str | None
+    key_generator: KeyGenerator
+    populate_meta_fields: bool = True
     compression: str = "snappy"
 
 
 def _meta(n: int, value: str) -> pa.Array:
     return pa.array([value] * n, pa.string()) if n else pa.array([], pa.string())
+
+
+def _meta_columns(ctx: WriteContext, fresh: pa.Table, seq: pa.Array, name: str) -> list[pa.Array]:
+    """The five meta columns of newly written records (only the file name without meta fields)."""
+    n = fresh.num_rows
+    if not ctx.populate_meta_fields:
+        return [pa.nulls(n, pa.string())] * 4 + [_meta(n, name)]
+    return [_meta(n, ctx.instant_time), seq, fresh.column(KEY), fresh.column(PARTITION), _meta(n, name)]
 
 
 def write_file_group(
@@ -424,6 +446,8 @@ def write_file_group(
     if fg.base_file is not None:
         existing = storage.read_parquet(fg.base_file.path)
         existing = cast_to(existing, full_schema)
+        if not ctx.populate_meta_fields:
+            existing = existing.set_column(2, full_schema.field(2), ctx.key_generator.record_keys(existing))
         replaced_rows = np.zeros(existing.num_rows, dtype=bool)
         if not fg.concat:
             # merge every stored record with the incoming record of its key (incoming keys are
@@ -445,6 +469,8 @@ def write_file_group(
             num_deletes = int(deleted_flags[winners].sum())
             write_new[ex_match[ex_idx]] = False  # matched a stored record: never a new record
         kept = existing.filter(pa.array(~replaced_rows))
+        if not ctx.populate_meta_fields:  # keys were only recomputed to merge; stored as null
+            kept = kept.set_column(2, full_schema.field(2), pa.nulls(kept.num_rows, pa.string()))
     num_inserts = int(write_new.sum())
     fresh = pa.concat_tables([incoming.take(pa.array(updates)), incoming.filter(pa.array(write_new))])
 
@@ -452,8 +478,7 @@ def write_file_group(
     seq = pa.array([f"{ctx.instant_time}_{task_id}_{i}" for i in range(n)], pa.string())
     if n:
         fresh_meta = pa.Table.from_arrays(
-            [_meta(n, ctx.instant_time), seq, fresh.column(KEY), fresh.column(PARTITION), _meta(n, name)]
-            + [fresh.column(f.name) for f in ctx.schema],
+            _meta_columns(ctx, fresh, seq, name) + [fresh.column(f.name) for f in ctx.schema],
             schema=full_schema,
         )
     else:
@@ -470,7 +495,7 @@ def write_file_group(
     keys = out.column(KEY)
     avro_with_meta = _avro_with_meta(ctx.avro_schema)
     md: dict[bytes | str, bytes | str] = {"parquet.avro.schema": avro_with_meta, "writer.model.name": "avro"}
-    if out.num_rows:
+    if out.num_rows and ctx.populate_meta_fields:
         md["hoodie_min_record_key"] = pc.min(keys).as_py()
         md["hoodie_max_record_key"] = pc.max(keys).as_py()
     out = out.replace_schema_metadata(md)
@@ -612,6 +637,8 @@ def write_table(
             if op is not WriteOperation.DELETE
             else MergeMode.COMMIT_TIME_ORDERING,
             ordering_field=table.ordering_field,
+            key_generator=table.key_generator,
+            populate_meta_fields=table.populate_meta_fields,
             compression=WriteConfig.PARQUET_COMPRESSION.require(options),
         )
         for p in sorted({g.partition for g in plan.file_groups}):
