@@ -39,11 +39,13 @@ def base_file_name(file_id: str, token: str, instant_time: str, ext: str = ".par
 
 
 @dataclass(frozen=True)
-class BaseFile:
+class DataFile:
+    """A file of a file group: where it is, and the instant that wrote it."""
+
     partition: str
     file_id: str
-    write_token: str
     instant_time: str
+    write_token: str
     size: int
     name: str
 
@@ -51,6 +53,9 @@ class BaseFile:
     def path(self) -> str:
         return posixpath.join(self.partition, self.name) if self.partition else self.name
 
+
+@dataclass(frozen=True)
+class BaseFile(DataFile):
     @staticmethod
     def parse(path: str, size: int = 0) -> BaseFile | None:
         name = posixpath.basename(path)
@@ -68,18 +73,8 @@ class BaseFile:
 
 
 @dataclass(frozen=True)
-class LogFile:
-    partition: str
-    file_id: str
-    instant_time: str
-    version: int
-    write_token: str
-    size: int
-    name: str
-
-    @property
-    def path(self) -> str:
-        return posixpath.join(self.partition, self.name) if self.partition else self.name
+class LogFile(DataFile):
+    version: int = 1
 
     @staticmethod
     def parse(path: str, size: int = 0) -> LogFile | None:
