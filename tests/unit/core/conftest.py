@@ -100,7 +100,12 @@ def trips_table(tmp_path: Path) -> Callable[..., HudiTable]:
     return make
 
 
+# Bound at import time: every conftest.py is imported as "conftest", so looking this module up
+# by name later could find another folder's conftest.
+_THIS_MODULE = sys.modules[__name__]
+
+
 @pytest.fixture
 def kit() -> Any:
     """This module's helpers (test modules get them through a fixture, not an import)."""
-    return sys.modules[__name__]
+    return _THIS_MODULE
