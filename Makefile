@@ -9,7 +9,7 @@ LINT_PATHS := core proto services tests $(wildcard benchmarks)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: install demo test check lint typecheck unit clean
+.PHONY: install demo test check bench clean
 
 # Bootstrap uv into a private tools venv (works where the system pip is externally managed),
 # then install the whole workspace from the lock file into .venv.
@@ -35,6 +35,11 @@ check: install
 
 test: install check
 	$(VENV)/bin/python -m pytest -q tests
+
+# Benchmarks compare Inlet with its peers (delta-rs, PyIceberg) in one run and print a table.
+bench: $(UV)
+	$(UV) sync --locked --all-packages --group bench --python $(PYTHON)
+	$(VENV)/bin/python benchmarks/mor_upsert.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

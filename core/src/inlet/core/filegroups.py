@@ -38,6 +38,11 @@ def base_file_name(file_id: str, token: str, instant_time: str, ext: str = ".par
     return f"{file_id}_{token}_{instant_time}{ext}"
 
 
+def log_file_name(file_id: str, instant_time: str, version: int = 1, token: str = "0-0-0") -> str:
+    """Table version 8 log file name: ``.<fileId>_<deltacommit requested time>.log.<version>_<token>``."""
+    return f".{file_id}_{instant_time}.log.{version}_{token}"
+
+
 @dataclass(frozen=True)
 class DataFile:
     """A file of a file group: where it is, and the instant that wrote it."""
