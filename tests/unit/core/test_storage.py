@@ -36,6 +36,4 @@ def test_storage_lists_relative_paths_and_writes_atomically(tmp_path: pathlib.Pa
     assert s.read_bytes("a/b/c.txt") == b"two"
     assert [f.path for f in s.list_files("a", recursive=True)] == ["a/b/c.txt"]
     assert not [p for p in (tmp_path / "a" / "b").iterdir() if p.name.endswith(".tmp")]
-    assert s.create_exclusive("x", b"1") and not s.create_exclusive("x", b"2")
-    assert s.read_bytes("x") == b"1"
     assert s.list_files("missing") == []

@@ -3,8 +3,8 @@
 - the simple bucket index — Apache Hudi's ``(javaListHashCode(hashKeyValues) & 0x7fffffff) %
   numBuckets``, file ids prefixed by the zero-padded bucket number, so Inlet and Apache Hudi
   route every key to the same file group.
-- :class:`SimpleIndex` — joins incoming keys with the ``_hoodie_record_key`` column of the
-  latest file slices of the touched partitions.
+- the simple index (a join of incoming keys with the stored keys of the latest file slices of
+  the touched partitions) lives with the writers, where the stored keys are read.
 """
 
 from __future__ import annotations
@@ -102,20 +102,3 @@ def nbcc_bucket_file_id(bucket: int) -> str:
 def bucket_of_file_id(file_id: str) -> int | None:
     head = file_id[:BUCKET_ID_WIDTH]
     return int(head) if head.isdigit() else None
-
-
-class SimpleIndex:
-    """Key -> file id for the latest base files of some partitions (built from key columns only)."""
-
-    def __init__(self) -> None:
-        self._locations: dict[tuple[str, str], str] = {}
-
-    def add(self, partition: str, file_id: str, keys: Iterable[str]) -> None:
-        for k in keys:
-            self._locations[(partition, k)] = file_id
-
-    def lookup(self, partition: str, key: str) -> str | None:
-        return self._locations.get((partition, key))
-
-    def __len__(self) -> int:
-        return len(self._locations)

@@ -51,9 +51,6 @@ class Storage:
     def exists(self, rel: str) -> bool:
         return bool(self.fs.get_file_info(self.full(rel)).type != pafs.FileType.NotFound)
 
-    def is_dir(self, rel: str) -> bool:
-        return bool(self.fs.get_file_info(self.full(rel)).type == pafs.FileType.Directory)
-
     def read_bytes(self, rel: str) -> bytes:
         try:
             with self.fs.open_input_stream(self.full(rel)) as f:
@@ -74,23 +71,6 @@ class Storage:
         with self.fs.open_output_stream(self.full(tmp)) as f:
             f.write(data)
         self.fs.move(self.full(tmp), self.full(rel))
-
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Create a file only if it does not exist; returns False if it already existed."""
-        if self.is_local:
-            path = self.full(rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return True
-        if self.exists(rel):
-            return False
-        self.write_atomic(rel, data)
-        return True
 
     def mkdirs(self, rel: str) -> None:
         if rel:
@@ -119,14 +99,6 @@ class Storage:
             mtime = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else None
             out.append(FileInfo(path, info.size or 0, mtime))
         return out
-
-    def list_dirs(self, rel: str) -> list[str]:
-        sel = pafs.FileSelector(self.full(rel), allow_not_found=True)
-        return [
-            posixpath.basename(i.path)
-            for i in self.fs.get_file_info(sel)
-            if i.type == pafs.FileType.Directory
-        ]
 
     def walk_files(self, rel: str) -> Iterator[FileInfo]:
         yield from self.list_files(rel, recursive=True)
