@@ -13,9 +13,11 @@ Reader-version difference (documented, not a bug of Inlet): on the table written
 ``_hoodie_*`` columns (null, except ``_hoodie_file_name``, which Apache Hudi stores even then),
 while reader version 2 and Inlet leave them out. Those comparisons cover data columns only.
 
-Merge-on-Read tables: Inlet does not merge log files yet, so only opening, ``describe()``, the
-timeline, the schema and the file groups' base files are checked; ``read()`` on them is a
-read-optimized read (base files only), compared with hudi-rs's read-optimized mode.
+Merge-on-Read tables: opening, ``describe()``, the timeline, the schema and the file groups'
+base files are checked here, and ``read()`` (a snapshot: base files merged with log files) equals
+hudi-rs's snapshot read, ``read(query_type="read_optimized")`` hudi-rs's read-optimized mode.
+Time travel, file slices, hand-derived rows and damaged log files are covered in
+``test_apache_hudi_mor.py``.
 """
 
 from __future__ import annotations
@@ -748,10 +750,17 @@ def test_mor_tables_open_describe_and_timeline(tables: TableCache, name: str) ->
 
 @pytest.mark.parametrize("version", READER_VERSIONS)
 @pytest.mark.parametrize("name", MOR_TABLES)
-def test_mor_read_is_read_optimized(tables: TableCache, name: str, version: str) -> None:
-    """Until Inlet merges log files, ``read()`` on MOR is a read-optimized read (base files)."""
+def test_mor_snapshot_and_read_optimized_reads_match_hudi_reader(
+    tables: TableCache, name: str, version: str
+) -> None:
+    """``read()`` on MOR merges log files (hudi-rs's snapshot read); ``read_optimized`` reads base files."""
     path = tables.path(name)
-    got = HudiTable.open(str(path)).read()
+    table = HudiTable.open(str(path))
+    got = table.read()
+    rows, names = hudi_rows(path, version)
+    assert got.column_names == names
+    assert canon(got.to_pylist()) == canon(rows)
+    got = table.read(query_type="read_optimized")
     rows, names = hudi_rows(path, version, **{"hoodie.read.use.read_optimized.mode": "true"})
     assert got.column_names == names
     assert canon(got.to_pylist()) == canon(rows)

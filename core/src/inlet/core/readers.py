@@ -1,8 +1,14 @@
-"""Snapshot and time-travel reads of Copy-on-Write tables (and read-optimized reads of MOR).
+"""Snapshot, time-travel and read-optimized reads of Copy-on-Write and Merge-on-Read tables.
+
+- Copy-on-Write, and Merge-on-Read ``read_optimized``: the base file of each visible file slice.
+- Merge-on-Read ``snapshot``: each visible file slice's base file merged with its log files
+  (:mod:`inlet.core.file_group_reader`), one file group at a time.
 
 Partition pruning uses the partition values encoded in partition paths; file and row-group
-pruning uses Parquet statistics (pyarrow's filtered Parquet scan). Files written before a
-schema change are read with the current schema (new columns null, promoted types cast).
+pruning uses Parquet statistics (pyarrow's filtered Parquet scan) for slices without log files.
+Slices with log files are filtered after merging (a base record that fails a filter may still be
+replaced by a log record that passes it, and the other way round). Files written before a schema
+change are read with the current schema (new columns null, promoted types cast).
 """
 
 from __future__ import annotations
@@ -15,9 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from inlet.core.config import TableConfig
+from inlet.core.config import TableConfig, TableType
 from inlet.core.errors import InvalidInputError
-from inlet.core.filegroups import BaseFile, FileSystemView
+from inlet.core.file_group_reader import (
+    DEBEZIUM_UNAVAILABLE_VALUE,
+    BlockFilter,
+    MergeConfig,
+    merge_columns,
+    read_merged,
+)
+from inlet.core.filegroups import BaseFile, FileSlice, FileSystemView
 from inlet.core.instant import normalize_instant_time
 from inlet.core.schema import META_COLUMNS, cast_to, meta_schema
 
@@ -26,6 +39,9 @@ if TYPE_CHECKING:
 
 Filter = tuple[str, str, Any]
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in"}
+QUERY_TYPES = ("snapshot", "read_optimized")
+# Hudi's FILL_UNAVAILABLE partial-update marker (RECORD_MERGE_PROPERTY_PREFIX + "partial.update.unavailable.value")
+UNAVAILABLE_VALUE_KEY = "hoodie.record.merge.property.partial.update.unavailable.value"
 
 
 def _decimal_scalar(value: Any) -> pa.Scalar:
@@ -152,17 +168,42 @@ def _partition_matches(
     return expr is None or one.filter(expr).num_rows > 0
 
 
+def merge_config(table: HudiTable) -> MergeConfig:
+    """How ``table`` merges records (its merge mode, ordering field and partial-update marker)."""
+    return MergeConfig(
+        mode=table.merge_mode,
+        ordering_field=table.ordering_field,
+        unavailable_value=table.props.get(UNAVAILABLE_VALUE_KEY) or DEBEZIUM_UNAVAILABLE_VALUE,
+        # keys come from _hoodie_record_key; tables without meta fields recompute them
+        key_generator=None if table.populate_meta_fields else table.key_generator,
+    )
+
+
+def _query_type(query_type: str) -> str:
+    qt = query_type.strip().lower().replace("-", "_")
+    if qt not in QUERY_TYPES:
+        raise InvalidInputError(f"unknown query type {query_type!r} (use one of {', '.join(QUERY_TYPES)})")
+    return qt
+
+
 def read_table(
     table: HudiTable,
     as_of: str | None = None,
     columns: Sequence[str] | None = None,
     filters: Sequence[Filter] | None = None,
     meta_columns: bool = True,
+    query_type: str = "snapshot",
 ) -> pa.Table:
+    qt = _query_type(query_type)
     as_of_t = normalize_instant_time(as_of) if as_of else None
     tl = table.timeline
     view = FileSystemView(tl, as_of_t)
-    files = view.latest_base_files()
+    merge_logs = qt == "snapshot" and table.table_type is TableType.MERGE_ON_READ
+    if merge_logs:
+        slices = view.latest_file_slices()
+    else:
+        slices = [FileSlice(b.partition, b.file_id, b.instant_time, b) for b in view.latest_base_files()]
+    files = [s.base_file for s in slices if s.base_file is not None]
     data_schema = table.schema(as_of_t)
     if data_schema is None:
         data_schema = _schema_from_files(table, files)
@@ -180,15 +221,38 @@ def read_table(
     expr = filter_expression(filters, queryable)
     needed = list(dict.fromkeys([*out_schema.names, *(f[0] for f in filters)]))
     read_schema = pa.schema([queryable.field(c) for c in needed])
+    config = merge_config(table) if merge_logs else None
+    blocks = BlockFilter(view.is_committed, as_of_t)
     pieces = []
-    for bf in files:
-        if filters and not _partition_matches(table, bf.partition, filters, queryable):
+    for fs in slices:
+        if filters and not _partition_matches(table, fs.partition, filters, queryable):
             continue
-        pieces.append(_read_file(table, bf, read_schema, expr))
+        if config is not None and fs.log_files:
+            pieces.append(_read_merged_slice(table, fs, queryable, read_schema, expr, config, blocks))
+        elif fs.base_file is not None:
+            pieces.append(_read_file(table, fs.base_file, read_schema, expr))
     if not pieces:
         return out_schema.empty_table()
     result = pa.concat_tables(pieces)
     return result.select(out_schema.names)
+
+
+def _read_merged_slice(
+    table: HudiTable,
+    fs: FileSlice,
+    queryable: pa.Schema,
+    read_schema: pa.Schema,
+    expr: ds.Expression | None,
+    config: MergeConfig,
+    blocks: BlockFilter,
+) -> pa.Table:
+    merge_schema = pa.schema(
+        [queryable.field(c) for c in merge_columns(read_schema.names, queryable, config)]
+    )
+    merged = read_merged(table.storage, fs, merge_schema, config, blocks)
+    if expr is not None:
+        merged = merged.filter(expr)
+    return merged.select(read_schema.names)
 
 
 def _read_file(table: HudiTable, bf: BaseFile, schema: pa.Schema, expr: ds.Expression | None) -> pa.Table:

@@ -1,5 +1,12 @@
 """Rolling back failed (pending) writes: a rollback instant plus deletion of the write's files.
 
+Merge-on-Read (table version 8): a failed deltacommit is rolled back like a commit, by deleting its
+base files and its log files. Apache Hudi 1.x does the same for table version 8 (its
+``MarkerBasedRollbackStrategy`` plans the deltacommit's own log files, and the version-8
+``RollbackHelper`` deletes files and refuses log-block requests); rollback command blocks are
+appended only to table version 6 logs (``RollbackHelperV1``), whose log files are shared across
+deltacommits. :func:`inlet.core.log_writer.rollback_block` encodes one for completeness.
+
 Steps, as Apache Hudi takes them: ``<r>.rollback.requested`` (a ``HoodieRollbackPlan`` naming
 the files), ``<r>.rollback.inflight``, delete the files, ``<r>_<c>.rollback``
 (``HoodieRollbackMetadata``), then remove the failed instant's own timeline files and markers.
@@ -40,21 +47,28 @@ def _files_of(table: HudiTable, instant_time: str) -> list[str]:
 
 
 def _plan(instant: Instant, files: list[str]) -> dict[str, Any]:
-    by_partition: dict[str, list[str]] = {}
-    for f in files:
-        by_partition.setdefault(posixpath.dirname(f), []).append(f)
-    return {
-        "instantToRollback": {"commitTime": instant.time, "action": instant.action},
-        "RollbackRequests": [
+    """A ``HoodieRollbackPlan``: one request per file, as Apache Hudi plans table version 8 rollbacks.
+
+    Base files and log files alike are listed in ``filesToBeDeleted`` with their file id and the
+    failed instant as ``latestBaseInstant``; ``logBlocksToBeDeleted`` stays empty (table version 8
+    appends no rollback command blocks: a deltacommit's log files are its own, named after it, so
+    deleting them removes everything it wrote).
+    """
+    requests = []
+    for f in sorted(files):
+        parsed: BaseFile | LogFile | None = BaseFile.parse(f) or LogFile.parse(f)
+        requests.append(
             {
-                "partitionPath": p,
-                "fileId": "",
-                "latestBaseInstant": "",
-                "filesToBeDeleted": fs,
+                "partitionPath": posixpath.dirname(f),
+                "fileId": parsed.file_id if parsed is not None else "",
+                "latestBaseInstant": instant.time,
+                "filesToBeDeleted": [f],
                 "logBlocksToBeDeleted": {},
             }
-            for p, fs in sorted(by_partition.items())
-        ],
+        )
+    return {
+        "instantToRollback": {"commitTime": instant.time, "action": instant.action},
+        "RollbackRequests": requests,
         "version": 1,
     }
 

@@ -367,11 +367,23 @@ class HudiTable:
         columns: Sequence[str] | None = None,
         filters: Sequence[tuple[str, str, Any]] | None = None,
         meta_columns: bool = True,
+        query_type: str = "snapshot",
     ) -> pa.Table:
-        """Snapshot read (latest completed instant, or ``as_of`` an instant time)."""
+        """Snapshot read (latest completed instant, or ``as_of`` an instant time).
+
+        ``query_type`` ``"snapshot"`` merges Merge-on-Read log files into their base files;
+        ``"read_optimized"`` reads base files only (the same as a snapshot on Copy-on-Write).
+        """
         from inlet.core.readers import read_table
 
-        return read_table(self, as_of=as_of, columns=columns, filters=filters, meta_columns=meta_columns)
+        return read_table(
+            self,
+            as_of=as_of,
+            columns=columns,
+            filters=filters,
+            meta_columns=meta_columns,
+            query_type=query_type,
+        )
 
     def rollback_failed_writes(self, force: bool = False) -> list[str]:
         """Roll back pending writes whose writers are gone (all pending writes with ``force``)."""

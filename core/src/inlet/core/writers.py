@@ -12,6 +12,12 @@ The pipeline (the Spark engine runs the same steps distributed):
 4. commit — the commit protocol checks conflicts and writes the completed instant atomically.
    Any failure before that rolls the instant back; a crash leaves a pending instant that the
    next writer rolls back.
+
+Merge-on-Read tables run the same steps as ``deltacommit`` instants (replace operations stay
+``replacecommit``): :func:`plan_mor_write` sends updates and deletes of a file group to one new
+log file of it (:func:`write_log_group`, blocks encoded by :mod:`inlet.core.log_writer`), and
+inserts to new base files (simple index) or to the log files of their bucket's file group (bucket
+index). The simple index looks keys up in the latest file slice: base file and log files.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from inlet.core import avro, faults, heartbeat, markers
+from inlet.core import log_writer as logs
 from inlet.core import merge as merging
 from inlet.core.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.config import (
@@ -45,13 +52,17 @@ from inlet.core.filegroups import (
     PARTITION_METADATA_FILE,
     BaseFile,
     FileSystemView,
+    LogFile,
     base_file_name,
+    list_data_files,
+    log_file_name,
     new_file_id,
     write_token,
 )
-from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_id
+from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
 from inlet.core.instant import Action, Instant
 from inlet.core.keys import KeyGenerator
+from inlet.core.log_blocks import DeleteRecord
 from inlet.core.rollback import rollback, rollback_failed_writes
 from inlet.core.schema import (
     IS_DELETED_COLUMN,
@@ -62,7 +73,7 @@ from inlet.core.schema import (
     normalize_schema,
     to_avro_schema,
 )
-from inlet.core.storage import Storage
+from inlet.core.storage import FileInfo, Storage
 
 if TYPE_CHECKING:
     from inlet.core.table import CommitResult, HudiTable
@@ -176,6 +187,11 @@ class FileGroupWrite:
     # insert / bulk_insert: append to the base file without merging stored records of the same key
     # (Apache Hudi's concat handle; hoodie.merge.allow.duplicate.on.inserts defaults to true)
     concat: bool = False
+    # Merge-on-Read: append one new log file (data block + delete block) instead of a base file
+    log: bool = False
+    # log appends: the index found the file group for these records (Hudi's tagged location), so
+    # its data records count as updates; records for a new (log-only) file group are inserts
+    tagged: bool = False
 
 
 @dataclass
@@ -186,8 +202,9 @@ class WritePlan:
 
 def _avg_record_size(view: FileSystemView, default: int) -> int:
     tl = view.timeline
-    for inst in reversed(tl.completed([Action.COMMIT, Action.REPLACE_COMMIT])):
-        stats = tl.commit_metadata(inst).write_stats()
+    for inst in reversed(tl.completed([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT])):
+        # base files only: log files hold Avro/Parquet blocks of a different density
+        stats = [s for s in tl.commit_metadata(inst).write_stats() if BaseFile.parse(s.path) is not None]
         written = sum(s.num_writes for s in stats)
         size = sum(s.total_write_bytes for s in stats)
         if written > 0 and size > 0:
@@ -206,6 +223,8 @@ def _split_by_partition(records: pa.Table) -> dict[str, pa.Table]:
 def plan_write(
     table: HudiTable, batch: PreparedBatch, options: dict[str, str], partitions: Sequence[str] | None
 ) -> WritePlan:
+    if table.table_type is TableType.MERGE_ON_READ:
+        return plan_mor_write(table, batch, options, partitions)
     op = batch.operation
     view = table.file_system_view()
     plan = WritePlan()
@@ -303,6 +322,11 @@ def _merge_same_groups(plan: WritePlan) -> WritePlan:
             prev = merged[key]
             if prev.concat != g.concat or prev.explicit_deletes != g.explicit_deletes:
                 raise AssertionError(f"conflicting writes planned for file group {g.file_id}")
+            if prev.log != g.log:
+                # MOR: a small file group (no log files) that takes inserts is rewritten as a new
+                # base file together with its updates, as Hudi's delta-commit executor does for
+                # small file ids when the index cannot index log files
+                prev.log = prev.tagged = False
             prev.records = pa.concat_tables([prev.records, g.records])
         else:
             merged[key] = g
@@ -356,11 +380,13 @@ def _new_file_groups(
     options: dict[str, str],
     small_files: bool = False,
     replace: bool = False,
+    not_small: set[str] | None = None,
 ) -> list[FileGroupWrite]:
     """File groups for inserts: small existing ones first (if ``small_files``), then new ones.
 
     ``replace`` (insert_overwrite*): the partition's file groups are being replaced, so every
     record goes to a new file group (for the bucket index: a new file group per bucket).
+    ``not_small``: file ids never taken as small files (MOR file groups with log files).
     """
     if table.index_type is IndexType.BUCKET:
         return _bucket_groups(table, p, recs, view, explicit=False, replace=replace)
@@ -375,7 +401,7 @@ def _new_file_groups(
         for bf in sorted(view.latest_base_files(p), key=lambda b: b.size):
             if offset >= n:
                 break
-            if bf.size >= small_limit:
+            if bf.size >= small_limit or (not_small and bf.file_id in not_small):
                 continue
             room = max(0, (max_size - bf.size) // avg)
             if room <= 0:
@@ -389,6 +415,238 @@ def _new_file_groups(
         out.append(FileGroupWrite(p, new_file_id(), None, recs.slice(offset, take)))
         offset += take
     return out
+
+
+# ---------------------------------------------------------------------------------- plan (MOR)
+
+
+@dataclass
+class MorFileGroup:
+    """A Merge-on-Read file group as a writer sees it: its latest file slice."""
+
+    partition: str
+    file_id: str
+    base_file: BaseFile | None  # None: a log-only file group (bucket index)
+    log_files: list[LogFile] = field(default_factory=list)  # of the latest slice, in log order
+
+
+def mor_file_groups(
+    view: FileSystemView, files: Sequence[FileInfo], include_replaced: bool = False
+) -> dict[tuple[str, str], MorFileGroup]:
+    """The latest file slice of every file group, log-only file groups included.
+
+    Table version 8 file slicing: a log file (named by its deltacommit's requested time) belongs to
+    the slice of the largest base instant at or before the deltacommit's completion time. Only
+    files of completed (or archived) instants count.
+    """
+    completion = {i.time: i.completion_time or i.time for i in view.timeline.completed_writes()}
+    out: dict[tuple[str, str], MorFileGroup] = {}
+    for fg in view.groups.values():
+        out[(fg.partition, fg.file_id)] = MorFileGroup(fg.partition, fg.file_id, fg.latest)
+    logs_by_group: dict[tuple[str, str], list[LogFile]] = {}
+    for info in files:
+        lf = LogFile.parse(info.path, info.size)
+        if lf is None or lf.name.endswith(".cdc") or not _committed(view, lf.instant_time):
+            continue
+        logs_by_group.setdefault((lf.partition, lf.file_id), []).append(lf)
+    for key, group_logs in logs_by_group.items():
+        g = out.setdefault(key, MorFileGroup(key[0], key[1], None))
+        base_instant = g.base_file.instant_time if g.base_file else ""
+        g.log_files = sorted(
+            (lf for lf in group_logs if completion.get(lf.instant_time, lf.instant_time) >= base_instant),
+            key=lambda lf: (lf.instant_time, lf.version, lf.write_token),
+        )
+    if not include_replaced:
+        out = {k: g for k, g in out.items() if k not in view.replaced}
+    return out
+
+
+def _committed(view: FileSystemView, instant_time: str) -> bool:
+    if instant_time in view.visible_instants:
+        return True
+    return view.archive_boundary is not None and instant_time < view.archive_boundary
+
+
+def _group_keys(table: HudiTable, g: MorFileGroup) -> pa.Array:
+    """Record keys in a file slice: its base file's and those of its log files' data and delete blocks."""
+    parts: list[pa.Array] = []
+    if g.base_file is not None:
+        parts.append(
+            stored_record_keys(
+                table.storage, g.base_file.path, table.key_generator, table.populate_meta_fields
+            )
+        )
+    for lf in g.log_files:
+        by_instant = logs.log_record_keys(table.storage.read_bytes(lf.path), f"log file {lf.path}")
+        parts.append(pa.array([k for keys in by_instant.values() for k in keys], pa.string()))
+    if not parts:
+        return pa.array([], pa.string())
+    return pc.unique(pa.concat_arrays([p.cast(pa.string()) for p in parts]))
+
+
+def _locate_mor(
+    table: HudiTable, groups: dict[tuple[str, str], MorFileGroup], partition: str, recs: pa.Table
+) -> dict[str, np.ndarray]:
+    """Simple index of a MOR table: file id -> positions of incoming records whose keys the latest
+    file slice holds (in its base file or in its log files)."""
+    stored = []
+    for (p, fid), g in sorted(groups.items()):
+        if p != partition:
+            continue
+        keys = _group_keys(table, g)
+        stored.append(pa.table({KEY: keys, "__fid": pa.array([fid] * len(keys), pa.string())}))
+    if not stored or recs.num_rows == 0:
+        return {}
+    locations = pa.concat_tables(stored)
+    incoming = pa.table({KEY: recs.column(KEY), "__pos": pa.array(np.arange(recs.num_rows, dtype=np.int64))})
+    joined = incoming.join(locations, keys=KEY, join_type="inner")
+    fids = np.asarray(joined.column("__fid").to_numpy(zero_copy_only=False), dtype=object)
+    pos = np.asarray(joined.column("__pos").to_numpy(), dtype=np.int64)
+    return {str(fid): np.sort(pos[fids == fid]) for fid in sorted(set(fids.tolist()))}
+
+
+NBCC_MODE = "NON_BLOCKING_CONCURRENCY_CONTROL"
+
+
+def _mor_bucket_groups(
+    table: HudiTable,
+    p: str,
+    recs: pa.Table,
+    groups: dict[tuple[str, str], MorFileGroup],
+    explicit: bool,
+) -> list[FileGroupWrite]:
+    """Bucket index on MOR: every record goes to a log file of its bucket's file group.
+
+    A bucket without a file group gets a new, log-only one (no base file), as Apache Hudi's
+    bucket index writes MOR tables; under non-blocking concurrency control its id is the fixed
+    ``<bucket>-0000-0000-0000-000000000000-0`` so that concurrent writers agree on it.
+    """
+    existing: dict[int, MorFileGroup] = {}
+    for (gp, _fid), g in groups.items():
+        b = bucket_of_file_id(g.file_id) if gp == p else None
+        if b is not None:
+            existing[b] = g
+    nbcc = table.props.get("hoodie.write.concurrency.mode", "").upper() == NBCC_MODE
+    buckets = bucket_ids(recs.column(KEY), list(table.bucket_hash_fields), table.num_buckets).to_numpy()
+    out = []
+    for b in sorted(set(buckets.tolist())):
+        rows = recs.filter(pa.array(buckets == b))
+        current = existing.get(b)
+        if current is not None:
+            out.append(
+                FileGroupWrite(p, current.file_id, current.base_file, rows, explicit, log=True, tagged=True)
+            )
+            continue
+        rows = rows.filter(pc.invert(rows.column(DELETED)))  # nothing to delete in a new file group
+        if explicit or rows.num_rows == 0:
+            continue
+        fid = nbcc_bucket_file_id(b) if nbcc else bucket_file_id_prefix(b) + "-0"
+        out.append(FileGroupWrite(p, fid, None, rows, log=True))
+    return out
+
+
+def plan_mor_write(
+    table: HudiTable, batch: PreparedBatch, options: dict[str, str], partitions: Sequence[str] | None
+) -> WritePlan:
+    """Plan a write into a Merge-on-Read table.
+
+    - upsert / delete (simple index): keys found in a file group's latest slice (base file or log
+      files) are appended to that file group as one new log file; inserts go to new base files,
+      or to small file groups without log files (rewritten with a new base file);
+    - insert / bulk_insert (simple index): new base files (small ones first for insert);
+    - bucket index: every record is appended to its bucket's file group (log-only when new);
+    - replace operations: new base files, replacing every file group (log-only ones included).
+    """
+    if not table.populate_meta_fields:
+        raise UnsupportedError("Merge-on-Read writes need hoodie.populate.meta.fields=true")
+    op = batch.operation
+    files = list_data_files(table.storage)
+    view = FileSystemView(table.timeline, None, files)
+    groups = mor_file_groups(view, files)
+    plan = WritePlan()
+    by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
+
+    if op.is_replace:
+        if op is WriteOperation.INSERT_OVERWRITE_TABLE:
+            targets = sorted({p for p, _ in groups})
+        elif op is WriteOperation.DELETE_PARTITION:
+            targets = sorted(set(partitions or []) | set(by_partition))
+            if not targets:
+                raise InvalidInputError("delete_partition needs partition paths or rows naming partitions")
+        else:
+            targets = sorted(by_partition)
+        plan.replaced = {p: sorted(fid for gp, fid in groups if gp == p) for p in targets}
+        if op is WriteOperation.DELETE_PARTITION:
+            return plan
+        for p, recs in by_partition.items():
+            rows = recs.filter(pc.invert(recs.column(DELETED)))
+            if rows.num_rows:
+                plan.file_groups.extend(_new_file_groups(table, p, rows, view, options, replace=True))
+        return plan
+
+    explicit = op is WriteOperation.DELETE
+    lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)
+    with_logs = {fid for (_, fid), g in groups.items() if g.log_files}
+    if op is WriteOperation.BULK_INSERT:
+        by_partition = {p: _sort_bulk(r, options) for p, r in by_partition.items()}
+    for p, recs in by_partition.items():
+        if table.index_type is IndexType.BUCKET:
+            plan.file_groups.extend(_mor_bucket_groups(table, p, recs, groups, explicit))
+            continue
+        if lookup:
+            located = _locate_mor(table, groups, p, recs)
+            found = np.zeros(recs.num_rows, dtype=bool)
+            for fid, rows in located.items():
+                found[rows] = True
+                g = groups[(p, fid)]
+                plan.file_groups.append(
+                    FileGroupWrite(
+                        p, fid, g.base_file, recs.take(pa.array(rows)), explicit, log=True, tagged=True
+                    )
+                )
+            recs = recs.filter(pa.array(~found))
+            if explicit:
+                continue
+        inserts = recs.filter(pc.invert(recs.column(DELETED)))
+        if inserts.num_rows:
+            plan.file_groups.extend(
+                _new_file_groups(
+                    table,
+                    p,
+                    inserts,
+                    view,
+                    options,
+                    small_files=op is not WriteOperation.BULK_INSERT,
+                    not_small=with_logs,
+                )
+            )
+    if op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT):
+        for w in plan.file_groups:
+            w.concat = not w.log
+    plan = _merge_same_groups(plan)
+    _check_log_deletes(table, plan)
+    return plan
+
+
+def _check_log_deletes(table: HudiTable, plan: WritePlan) -> None:
+    """Soft deletes appended to logs need their ordering value under EVENT_TIME_ORDERING.
+
+    A delete block carries each delete's ordering value, and readers compare it with the stored
+    record's; Apache Hudi refuses records without an ordering value, and a null one cannot be
+    compared, so such input is refused before anything is written.
+    """
+    ordering = table.ordering_field
+    if table.merge_mode is not MergeMode.EVENT_TIME_ORDERING or not ordering:
+        return
+    for g in plan.file_groups:
+        if not g.log or g.explicit_deletes or ordering not in g.records.column_names:
+            continue
+        deleted = g.records.filter(g.records.column(DELETED))
+        if deleted.num_rows and deleted.column(ordering).null_count:
+            raise InvalidInputError(
+                f"{IS_DELETED_COLUMN} rows need a value in the ordering field {ordering!r} on a "
+                "Merge-on-Read table (the delete block records it)"
+            )
 
 
 # ---------------------------------------------------------------------------------- execute
@@ -408,6 +666,8 @@ class WriteContext:
     key_generator: KeyGenerator
     populate_meta_fields: bool = True
     compression: str = "snappy"
+    data_block_format: logs.DataBlockFormat = logs.DataBlockFormat.AVRO
+    table_merge_mode: MergeMode | None = None  # the table's mode (merge_mode is per operation)
 
 
 def _meta(n: int, value: str) -> pa.Array:
@@ -522,6 +782,81 @@ def write_file_group(
     )
 
 
+def write_log_group(
+    storage: Storage, ctx: WriteContext, fg: FileGroupWrite, task_id: int, attempt: int = 0
+) -> WriteStat:
+    """Append one file group's share of a Merge-on-Read write as a new log file; returns its write stat.
+
+    The file (``.<fileId>_<instant>.log.1_<token>``) holds a data block with the upserted records
+    (meta columns: this instant, a new sequence number, the key, the partition and the file id) and a
+    delete block with the deleted keys, in that order, as Apache Hudi's append handle writes them.
+    Deletes of the ``delete`` operation carry Hudi's default ordering value (they win regardless of
+    ordering); ``_hoodie_is_deleted`` records under EVENT_TIME_ORDERING carry their ordering value.
+    """
+    started = time.monotonic()
+    token = write_token(task_id, 0, attempt)
+    name = log_file_name(fg.file_id, ctx.instant_time, 1, token)
+    rel = posixpath.join(fg.partition, name) if fg.partition else name
+    schema_json = _avro_with_meta(ctx.avro_schema)
+    incoming = fg.records
+    deleted = np.asarray(incoming.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
+    upserts = incoming.filter(pa.array(~deleted))
+    removals = incoming.filter(pa.array(deleted))
+
+    blocks: list[bytes] = []
+    n = upserts.num_rows
+    if n:
+        full_schema = pa.schema(list(meta_schema()) + list(ctx.schema))
+        seq = pa.array([f"{ctx.instant_time}_{task_id}_{i}" for i in range(n)], pa.string())
+        meta = [_meta(n, ctx.instant_time), seq, upserts.column(KEY), upserts.column(PARTITION)]
+        records = pa.Table.from_arrays(
+            [*meta, _meta(n, fg.file_id)] + [upserts.column(f.name) for f in ctx.schema], schema=full_schema
+        )
+        blocks.append(
+            logs.data_block(records, ctx.instant_time, schema_json, ctx.data_block_format, ctx.compression)
+        )
+    if removals.num_rows:
+        ordering = ctx.ordering_field
+        typed = (
+            not fg.explicit_deletes
+            and ctx.table_merge_mode is MergeMode.EVENT_TIME_ORDERING
+            and ordering is not None
+            and ordering in removals.column_names
+        )
+        values = removals.column(ordering).to_pylist() if typed and ordering else [None] * removals.num_rows
+        deletes = [
+            DeleteRecord(k, p, v)
+            for k, p, v in zip(
+                removals.column(KEY).to_pylist(), removals.column(PARTITION).to_pylist(), values, strict=True
+            )
+        ]
+        ordering_type = removals.schema.field(ordering).type if typed and ordering else None
+        blocks.append(logs.delete_block(deletes, ctx.instant_time, schema_json, ordering_type))
+
+    markers.create_marker(storage, ctx.instant_time, fg.partition, name, "APPEND")
+    size = logs.write_log_file(storage, rel, blocks)
+    elapsed = int((time.monotonic() - started) * 1000)
+    return WriteStat(
+        file_id=fg.file_id,
+        path=rel,
+        partition_path=fg.partition,
+        # table version 8: the append handle no longer looks up the file slice (log files are named
+        # by the deltacommit), so prevCommit is the deltacommit itself and baseFile is empty
+        prev_commit=ctx.instant_time,
+        num_writes=n,
+        num_deletes=removals.num_rows,
+        num_update_writes=n if fg.tagged else 0,
+        num_inserts=0 if fg.tagged else n,
+        total_write_bytes=size,
+        file_size_in_bytes=size,
+        base_file="",
+        log_files=[name],
+        log_version=1,
+        log_offset=0,
+        runtime_stats={"totalScanTime": 0, "totalCreateTime": 0, "totalUpsertTime": elapsed},
+    )
+
+
 def _avro_with_meta(avro_schema: str) -> str:
     rec = json.loads(avro_schema)
     meta = [{"name": c, "type": ["null", "string"], "doc": "", "default": None} for c in META_COLUMNS]
@@ -564,8 +899,7 @@ def write_table(
     op = WriteOperation.parse(operation) if isinstance(operation, str) else operation
     if op in (WriteOperation.COMPACT, WriteOperation.CLUSTER):
         raise InvalidInputError(f"{op.value.lower()} is a table service, not a write operation")
-    if table.table_type is TableType.MERGE_ON_READ:
-        raise UnsupportedError("writing Merge-on-Read tables is not supported yet")
+    mor = table.table_type is TableType.MERGE_ON_READ
     if table.version != 8:
         raise UnsupportedError(f"Inlet writes table version 8; this table is version {table.version}")
     if data is None:
@@ -612,7 +946,7 @@ def write_table(
 
     rollback_failed_writes(table)
     plan = plan_write(table, batch, options, partitions)
-    action = Action.REPLACE_COMMIT if op.is_replace else Action.COMMIT
+    action = Action.REPLACE_COMMIT if op.is_replace else Action.DELTA_COMMIT if mor else Action.COMMIT
     requested = b""
     if action == Action.REPLACE_COMMIT:
         requested = avro.encode(
@@ -640,12 +974,15 @@ def write_table(
             key_generator=table.key_generator,
             populate_meta_fields=table.populate_meta_fields,
             compression=WriteConfig.PARQUET_COMPRESSION.require(options),
+            data_block_format=logs.DATA_BLOCK_FORMAT.require(options),
+            table_merge_mode=table.merge_mode,
         )
         for p in sorted({g.partition for g in plan.file_groups}):
             ensure_partition_metadata(table.storage, p, instant.time)
         metadata = CommitMetadata(operation_type=op.value)
         for task_id, fg in enumerate(plan.file_groups):
-            metadata.add(write_file_group(table.storage, ctx, fg, task_id))
+            write = write_log_group if fg.log else write_file_group
+            metadata.add(write(table.storage, ctx, fg, task_id))
         faults.crash_point(faults.AFTER_DATA_FILES)
         if plan.replaced is not None:
             metadata.partition_to_replace_file_ids = plan.replaced

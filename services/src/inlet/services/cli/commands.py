@@ -173,6 +173,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     started = time.monotonic()
     result = table.read(
         as_of=args.as_of,
+        query_type=args.query_type,
         columns=options.split_list(args.columns, "--columns"),
         filters=filters.parse_filters(args.filter),
         meta_columns=not args.no_meta,

@@ -1,4 +1,4 @@
-"""``inlet``: create, write, read and inspect Apache Hudi (table version 8) Copy-on-Write tables.
+"""``inlet``: create, write, read and inspect Apache Hudi (table version 8) Copy-on-Write and Merge-on-Read tables.
 
 Every command prints its result on stdout (JSON lines where a program will read it) and logs
 on stderr. Any failure prints one line ``inlet: error: <problem>`` on stderr and exits 1
@@ -52,7 +52,7 @@ TIMESTAMP_TYPES = ("EPOCHMILLISECONDS", "UNIX_TIMESTAMP", "EPOCHMICROSECONDS", "
 INDEXES = ("simple", "bucket")
 
 DESCRIPTION = """\
-Create, write, read and inspect Apache Hudi (table version 8) Copy-on-Write tables.
+Create, write, read and inspect Apache Hudi (table version 8) Copy-on-Write and Merge-on-Read tables.
 
 Results go to stdout (JSON lines where a program will read them), logs to stderr. A failure
 prints one line 'inlet: error: <problem>' on stderr; a failed write leaves the table as it was.
@@ -160,7 +160,7 @@ def _add_table_create(tables: argparse._SubParsersAction[ArgumentParser]) -> Non
         type=choice(TABLE_TYPES),
         metavar=choices_metavar(TABLE_TYPES),
         default="cow",
-        help="cow = Copy-on-Write, mor = Merge-on-Read (Inlet writes only cow so far; default cow)",
+        help="cow = Copy-on-Write, mor = Merge-on-Read (default cow)",
     )
     p.add_argument("--record-key", required=True, metavar="K[,K2]", help="record key field(s)")
     p.add_argument("--partition-by", metavar="P[,P2]", help="partition field(s); none = unpartitioned")
@@ -341,6 +341,13 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         "--as-of",
         metavar="T",
         help="time travel: read the table as of instant T (yyyyMMddHHmmssSSS or ISO-8601, UTC)",
+    )
+    p.add_argument(
+        "--query-type",
+        choices=("snapshot", "read_optimized"),
+        default="snapshot",
+        help="snapshot merges Merge-on-Read log files; read_optimized reads base files only "
+        "(default snapshot; the same for Copy-on-Write tables)",
     )
     p.add_argument("--columns", metavar="a,b", help="columns to return, in this order (default all)")
     p.add_argument(
