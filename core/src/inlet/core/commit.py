@@ -92,10 +92,23 @@ def find_conflicts(
     for other in timeline.completed(Action.WRITE_ACTIONS):
         if other.time == instant.time or (other.completion_time or other.time) <= instant.time:
             continue
-        overlap = mine & timeline.commit_metadata(other).touched_file_groups()
+        theirs = timeline.commit_metadata(other)
+        if _compaction_and_log_append(instant, metadata, other, theirs):
+            continue
+        overlap = mine & theirs.touched_file_groups()
         if overlap:
             out.append((other, overlap))
     return out
+
+
+def _compaction_and_log_append(
+    instant: Instant, metadata: CommitMetadata, other: Instant, theirs: CommitMetadata
+) -> bool:
+    """A compaction and a deltacommit never conflict: logs completed after the compaction instant
+    belong to the next file slice (completion-time slicing), as in Apache Hudi."""
+    return (metadata.compacted and other.action == Action.DELTA_COMMIT) or (
+        theirs.compacted and instant.action == Action.DELTA_COMMIT
+    )
 
 
 def check_still_pending(timeline: Timeline, instant: Instant) -> None:

@@ -231,3 +231,61 @@ class WriteConfig:
         "hoodie.bulkinsert.sort.mode", BulkInsertSortMode.parse, BulkInsertSortMode.NONE
     )
     COMBINE_BEFORE_INSERT = ConfigKey("hoodie.combine.before.insert", parse_bool, True)
+
+
+class CompactionTrigger(enum.StrEnum):
+    """When a compaction is due (Hudi's ``CompactionTriggerStrategy``)."""
+
+    NUM_COMMITS = "NUM_COMMITS"  # enough delta commits since the last compaction
+    TIME_ELAPSED = "TIME_ELAPSED"  # enough seconds since the last compaction (or first delta commit)
+    NUM_OR_TIME = "NUM_OR_TIME"
+    NUM_AND_TIME = "NUM_AND_TIME"
+
+    @classmethod
+    def parse(cls, value: str) -> CompactionTrigger:
+        return cls(value.strip().upper().replace("-", "_"))
+
+
+class CompactionStrategy(enum.StrEnum):
+    """Which file slices a compaction plan takes first (Hudi's ``hoodie.compaction.strategy``)."""
+
+    LOG_SIZE = "LOG_SIZE"  # LogFileSizeBasedCompactionStrategy: largest total log size first
+    LOG_COUNT = "LOG_COUNT"  # LogFileNumBasedCompactionStrategy: most log files first
+
+    @classmethod
+    def parse(cls, value: str) -> CompactionStrategy:
+        v = value.strip()
+        simple = v.rsplit(".", 1)[-1]
+        for strategy, class_name in _COMPACTION_STRATEGY_CLASSES.items():
+            if simple == class_name.rsplit(".", 1)[-1]:
+                return strategy
+        return cls(v.upper().replace("-", "_"))
+
+    @property
+    def class_name(self) -> str:
+        return _COMPACTION_STRATEGY_CLASSES[self]
+
+
+_STRATEGY_PACKAGE = "org.apache.hudi.table.action.compact.strategy"
+_COMPACTION_STRATEGY_CLASSES = {
+    CompactionStrategy.LOG_SIZE: f"{_STRATEGY_PACKAGE}.LogFileSizeBasedCompactionStrategy",
+    CompactionStrategy.LOG_COUNT: f"{_STRATEGY_PACKAGE}.LogFileNumBasedCompactionStrategy",
+}
+
+
+class CompactionConfig:
+    """Compaction options (Hudi's ``HoodieCompactionConfig`` names and defaults); not persisted."""
+
+    TRIGGER_STRATEGY = ConfigKey(
+        "hoodie.compact.inline.trigger.strategy", CompactionTrigger.parse, CompactionTrigger.NUM_COMMITS
+    )
+    MAX_DELTA_COMMITS = ConfigKey("hoodie.compact.inline.max.delta.commits", int, 5)
+    MAX_DELTA_SECONDS = ConfigKey("hoodie.compact.inline.max.delta.seconds", int, 60 * 60)
+    STRATEGY = ConfigKey("hoodie.compaction.strategy", CompactionStrategy.parse, CompactionStrategy.LOG_SIZE)
+    # the I/O (MB read + written) one compaction plan may take, as Hudi's BoundedIOCompactionStrategy
+    TARGET_IO_MB = ConfigKey("hoodie.compaction.target.io", int, 500 * 1024)
+    LOG_FILE_SIZE_THRESHOLD = ConfigKey("hoodie.compaction.logfile.size.threshold", int, 0)
+    LOG_FILE_NUM_THRESHOLD = ConfigKey("hoodie.compaction.logfile.num.threshold", int, 0)
+    # false: a table's metadata table (which Inlet cannot keep up to date) is deleted before a
+    # compaction runs, as Apache Hudi deletes it when a writer disables it
+    METADATA_ENABLE = ConfigKey("hoodie.metadata.enable", parse_bool)

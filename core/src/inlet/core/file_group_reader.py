@@ -283,6 +283,19 @@ def _rows_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
         raise SchemaError(f"log records do not fit the table schema: {e}") from e
 
 
+@dataclass
+class SliceStats:
+    """Counts of one merged file slice (compaction reports them in its write stats)."""
+
+    log_blocks: int = 0  # counted data and delete blocks
+    log_records: int = 0  # records in them: data records and delete entries
+    log_keys: int = 0  # distinct keys those records wrote (Hudi's "merged records in log")
+    base_records: int = 0  # records read from the base file
+    updated: int = 0  # base records whose key the logs wrote, kept (in the base or the log version)
+    deleted: int = 0  # base records removed by a log delete
+    inserted: int = 0  # records only the logs hold
+
+
 def merge_log_records(
     storage: Storage,
     log_paths: Sequence[str],
@@ -290,8 +303,9 @@ def merge_log_records(
     blocks: BlockFilter,
     columns: Sequence[str] | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    stats: SliceStats | None = None,
 ) -> RecordMerger:
-    """Scan the logs of a slice (in slice order) into per-key merge state."""
+    """Scan the logs of a slice (in slice order) into per-key merge state (counted into ``stats``)."""
     scans = []
     for path in log_paths:
         src = open_source(storage, path)
@@ -312,11 +326,18 @@ def merge_log_records(
         src = open_source(storage, path)
         try:
             for frame in frames:
+                if stats is not None:
+                    stats.log_blocks += 1
                 if frame.block_type is BlockType.DELETE:
-                    for d in read_delete_records(src, frame, path):
+                    deletes = read_delete_records(src, frame, path)
+                    if stats is not None:
+                        stats.log_records += len(deletes)
+                    for d in deletes:
                         merger.add_delete(d.record_key, d.ordering_value)
                     continue
                 for rows in iter_block_rows(src, frame, path, chunk_rows):
+                    if stats is not None:
+                        stats.log_records += len(rows)
                     for row in rows:
                         key = _row_key(row, config)
                         deleted = row.get(IS_DELETED_COLUMN) is True
@@ -325,6 +346,8 @@ def merge_log_records(
                         merger.add_record(key, row, deleted)
         finally:
             src.close()
+    if stats is not None:
+        stats.log_keys = len(merger.entries)
     return merger
 
 
@@ -335,15 +358,19 @@ def read_file_slice(
     config: MergeConfig,
     blocks: BlockFilter,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    stats: SliceStats | None = None,
 ) -> Iterator[pa.Table]:
     """The merged records of ``file_slice`` as tables of ``schema`` (batch by batch).
 
     ``schema`` lists the columns to produce; it must include whatever the merge needs
     (``_hoodie_record_key`` or the record key fields, the ordering field, ``_hoodie_is_deleted``
-    if the table has it) — :func:`merge_columns` adds them.
+    if the table has it) — :func:`merge_columns` adds them. ``stats``, if given, is filled in as
+    the slice is read.
     """
     names = schema.names
-    merger = merge_log_records(storage, [lf.path for lf in file_slice.log_files], config, blocks, names)
+    merger = merge_log_records(
+        storage, [lf.path for lf in file_slice.log_files], config, blocks, names, stats=stats
+    )
     if file_slice.base_file is not None:
         pf = storage.parquet_file(file_slice.base_file.path)
         present = [c for c in names if c in pf.schema_arrow.names]
@@ -352,6 +379,8 @@ def read_file_slice(
         log_keys = pa.array(list(merger.entries), pa.string())
         for batch in pf.iter_batches(batch_size=batch_rows, columns=present):
             table = cast_to(pa.Table.from_batches([batch]), schema)
+            if stats is not None:
+                stats.base_records += table.num_rows
             if not merger.entries:
                 yield table
                 continue
@@ -372,10 +401,15 @@ def read_file_slice(
                 out = merger.merge_base(key, row)
                 if out is not None:
                     merged.append(out)
+                if stats is not None:
+                    stats.updated += out is not None
+                    stats.deleted += out is None
             if merged:
                 yield _rows_table(merged, schema)
     pending: list[dict[str, Any]] = []
     for row in merger.remaining_rows():
+        if stats is not None:
+            stats.inserted += 1
         pending.append(row)
         if len(pending) >= batch_rows:
             yield _rows_table(pending, schema)
@@ -414,6 +448,7 @@ __all__ = [
     "BlockFilter",
     "MergeConfig",
     "RecordMerger",
+    "SliceStats",
     "counted_blocks",
     "merge_columns",
     "merge_log_records",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -34,6 +34,9 @@ from inlet.core.keys import KeyGenerator, TimestampPartitioning
 from inlet.core.schema import from_avro_schema
 from inlet.core.storage import Storage
 from inlet.core.timeline import Timeline
+
+if TYPE_CHECKING:
+    from inlet.core.compaction import CompactionInfo
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -390,3 +393,32 @@ class HudiTable:
         from inlet.core.rollback import rollback_failed_writes
 
         return rollback_failed_writes(self, force=force)
+
+    # ------------------------------------------------------------------ compaction (Merge-on-Read)
+
+    def schedule_compaction(self, options: dict[str, str] | None = None) -> str | None:
+        """Schedule a compaction if one is due (``hoodie.compact.inline.*``, ``hoodie.compaction.*``
+        options); returns its instant time, or None. See :mod:`inlet.core.compaction`."""
+        from inlet.core.compaction import schedule
+
+        return schedule(self, options)
+
+    def run_compaction(
+        self, instant: str | None = None, options: dict[str, str] | None = None, force: bool = False
+    ) -> CommitResult | None:
+        """Run a pending compaction (``instant``, or the earliest); None if none is pending."""
+        from inlet.core.compaction import run
+
+        return run(self, instant, options, force=force)
+
+    def compact(self, options: dict[str, str] | None = None) -> CommitResult | None:
+        """Schedule a compaction if one is due and run it; None if none was scheduled."""
+        from inlet.core.compaction import compact
+
+        return compact(self, options)
+
+    def compactions(self) -> list[CompactionInfo]:
+        """Compactions on the active timeline (pending and completed) with their plans."""
+        from inlet.core.compaction import show
+
+        return show(self)

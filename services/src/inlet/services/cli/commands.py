@@ -224,3 +224,105 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     log_event(log, logging.INFO, "rollback finished", table=table.base_path, rolled_back=rolled)
     _print_json({"rolled_back": rolled})
     return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ compaction
+
+_COMPACTION_FLAGS = {
+    "trigger": ("--trigger", "hoodie.compact.inline.trigger.strategy"),
+    "max_delta_commits": ("--max-delta-commits", "hoodie.compact.inline.max.delta.commits"),
+    "max_delta_seconds": ("--max-delta-seconds", "hoodie.compact.inline.max.delta.seconds"),
+    "strategy": ("--strategy", "hoodie.compaction.strategy"),
+    "target_io_mb": ("--target-io-mb", "hoodie.compaction.target.io"),
+}
+
+
+def _compaction_options(args: argparse.Namespace, with_plan_flags: bool = True) -> dict[str, str]:
+    opts = options.parse_key_values(args.option)
+    if not with_plan_flags:
+        return opts
+    for attr, (flag, key) in _COMPACTION_FLAGS.items():
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        text = str(value).upper() if isinstance(value, str) else str(value)
+        if key in opts and opts[key].upper() != text.upper():
+            raise UsageError(f"{flag} {value} contradicts --option {key}")
+        opts[key] = text
+    return opts
+
+
+def _plan_summary(table: HudiTable, instant: str | None) -> dict[str, Any]:
+    info = next((c for c in table.compactions() if c.instant_time == instant), None)
+    ops = info.plan.operations if info is not None else ()
+    return {
+        "instant": instant,
+        "file_groups": len(ops),
+        "log_files": sum(len(op.log_files) for op in ops),
+        "log_size": sum(op.log_size for op in ops),
+    }
+
+
+def cmd_compaction_schedule(args: argparse.Namespace) -> int:
+    table = HudiTable.open(options.table_path(args.path))
+    instant = table.schedule_compaction(_compaction_options(args))
+    summary = _plan_summary(table, instant)
+    log_event(log, logging.INFO, "compaction scheduled" if instant else "no compaction due", **summary)
+    _print_json(summary)
+    return EXIT_OK
+
+
+def cmd_compaction_run(args: argparse.Namespace) -> int:
+    if args.schedule and args.instant:
+        raise UsageError("--schedule and --instant exclude each other (the scheduled plan is run)")
+    plan_flags = [flag for attr, (flag, _) in _COMPACTION_FLAGS.items() if getattr(args, attr) is not None]
+    if plan_flags and not args.schedule:
+        raise UsageError(f"{', '.join(plan_flags)} applies only with --schedule")
+    opts = _compaction_options(args)
+    table = HudiTable.open(options.table_path(args.path))
+    instant = args.instant
+    if args.schedule:
+        instant = table.schedule_compaction(opts)
+    started = time.monotonic()
+    result = table.run_compaction(instant, opts, force=args.force)
+    if result is None:
+        log_event(log, logging.INFO, "no pending compaction", table=table.base_path)
+        _print_json({"instant": None, "completion_time": None, "action": None, "operation": "COMPACT"})
+        return EXIT_OK
+    stats = result.metadata.write_stats()
+    summary = {
+        **result.summary(),
+        "log_files_compacted": sum(s.total_log_files_compacted for s in stats),
+        "records_written": sum(s.num_writes for s in stats),
+    }
+    summary.pop("replaced_file_groups", None)
+    elapsed = round(time.monotonic() - started, 3)
+    log_event(log, logging.INFO, "compaction finished", table=table.base_path, elapsed_s=elapsed, **summary)
+    _print_json(summary)
+    return EXIT_OK
+
+
+def cmd_compaction_show(args: argparse.Namespace) -> int:
+    table = HudiTable.open(options.table_path(args.path))
+    docs = [c.to_dict() for c in table.compactions()]
+    if args.json:
+        for doc in docs:
+            _print_json(doc)
+        return EXIT_OK
+    rows = [
+        {
+            "instant": d["instant"],
+            "state": d["state"],
+            "completion_time": d["completion_time"] or "-",
+            "file_groups": d["file_groups"],
+            "log_files": d["log_files"],
+            "log_size": d["log_size"],
+        }
+        for d in docs
+    ]
+    print(
+        render.format_table(
+            rows, ["instant", "state", "completion_time", "file_groups", "log_files", "log_size"]
+        )
+    )
+    return EXIT_OK

@@ -50,6 +50,8 @@ MERGE_MODES = ("event_time_ordering", "commit_time_ordering")
 KEY_GENERATORS = ("simple", "complex", "timestamp", "non_partition")
 TIMESTAMP_TYPES = ("EPOCHMILLISECONDS", "UNIX_TIMESTAMP", "EPOCHMICROSECONDS", "DATE_STRING")
 INDEXES = ("simple", "bucket")
+COMPACTION_TRIGGERS = ("num_commits", "time_elapsed", "num_or_time", "num_and_time")
+COMPACTION_STRATEGIES = ("log_size", "log_count")
 
 DESCRIPTION = """\
 Create, write, read and inspect Apache Hudi (table version 8) Copy-on-Write and Merge-on-Read tables.
@@ -394,6 +396,129 @@ def _add_rollback(subparsers: argparse._SubParsersAction[ArgumentParser]) -> Non
     )
 
 
+# ------------------------------------------------------------------------------ compaction
+
+
+def _add_compaction_plan_options(p: ArgumentParser) -> None:
+    """When a compaction is due and what its plan takes (Hudi's compaction options)."""
+    g = p.add_argument_group("scheduling")
+    g.add_argument(
+        "--trigger",
+        type=choice(COMPACTION_TRIGGERS),
+        metavar=choices_metavar(COMPACTION_TRIGGERS),
+        default=env_choice("INLET_COMPACTION_TRIGGER", COMPACTION_TRIGGERS),
+        help=with_env(
+            "when a compaction is due: after --max-delta-commits delta commits since the last "
+            "compaction, after --max-delta-seconds, either or both (default num_commits)",
+            "INLET_COMPACTION_TRIGGER",
+        ),
+    )
+    g.add_argument(
+        "--max-delta-commits",
+        type=int_at_least(0),
+        metavar="N",
+        default=env_int("INLET_COMPACTION_MAX_DELTA_COMMITS"),
+        help=with_env(
+            "delta commits that make a compaction due (default 5)", "INLET_COMPACTION_MAX_DELTA_COMMITS"
+        ),
+    )
+    g.add_argument(
+        "--max-delta-seconds",
+        type=int_at_least(0),
+        metavar="S",
+        default=env_int("INLET_COMPACTION_MAX_DELTA_SECONDS"),
+        help=with_env(
+            "seconds since the last compaction that make one due (default 3600)",
+            "INLET_COMPACTION_MAX_DELTA_SECONDS",
+        ),
+    )
+    g.add_argument(
+        "--strategy",
+        type=choice(COMPACTION_STRATEGIES),
+        metavar=choices_metavar(COMPACTION_STRATEGIES),
+        default=env_choice("INLET_COMPACTION_STRATEGY", COMPACTION_STRATEGIES),
+        help=with_env(
+            "which file groups go first: largest total log size, or most log files (default log_size)",
+            "INLET_COMPACTION_STRATEGY",
+        ),
+    )
+    g.add_argument(
+        "--target-io-mb",
+        type=int_at_least(0),
+        metavar="N",
+        default=env_int("INLET_COMPACTION_TARGET_IO_MB"),
+        help=with_env(
+            "MB one plan may read and write; file groups are taken until it is reached (default 512000)",
+            "INLET_COMPACTION_TARGET_IO_MB",
+        ),
+    )
+
+
+def _add_compaction_option(p: ArgumentParser) -> None:
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="Hudi option, e.g. hoodie.compaction.logfile.size.threshold=1048576 or "
+        "hoodie.metadata.enable=false (repeatable)",
+    )
+
+
+def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "compaction",
+        help="schedule, run and show Merge-on-Read compactions",
+        description="Merge-on-Read compaction: merge file groups' log files into new base files.\n"
+        "'schedule' writes a plan (<t>.compaction.requested) if a compaction is due, 'run'\n"
+        "executes a pending plan, 'show' lists plans. Writers may keep writing meanwhile.",
+        formatter_class=_formatter,
+    )
+    sub = p.add_subparsers(dest="compaction_command", metavar="COMMAND", required=True)
+    sched = _add_command(
+        sub,
+        "schedule",
+        commands.cmd_compaction_schedule,
+        "write a compaction plan if a compaction is due",
+        "Schedule a compaction if one is due: pick the file groups with log files (largest first,\n"
+        "up to --target-io-mb) and write their plan; prints the instant (null if none) as JSON.\n"
+        "Only log files of delta commits completed before the plan's instant are taken.\n\n"
+        "example:\n  inlet compaction schedule /lake/trips --max-delta-commits 1",
+    )
+    _add_path(sched)
+    _add_compaction_plan_options(sched)
+    _add_compaction_option(sched)
+    run = _add_command(
+        sub,
+        "run",
+        commands.cmd_compaction_run,
+        "run a pending compaction plan",
+        "Run the earliest pending compaction plan (or --instant T; with --schedule, schedule one\n"
+        "first and run it); prints the commit summary as JSON ('instant' null if none is pending).\n"
+        "A run that crashed earlier is rolled back first once its heartbeat has expired.\n\n"
+        "example:\n  inlet compaction run /lake/trips --schedule --max-delta-commits 1",
+    )
+    _add_path(run)
+    run.add_argument("--instant", metavar="T", help="the pending compaction to run (default the earliest)")
+    run.add_argument("--schedule", action="store_true", help="schedule a compaction first (if due)")
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="take over an inflight compaction even if its heartbeat is alive (its process is gone)",
+    )
+    _add_compaction_plan_options(run)
+    _add_compaction_option(run)
+    show = _add_command(
+        sub,
+        "show",
+        commands.cmd_compaction_show,
+        "list compaction plans, pending and completed",
+        "List the compactions on the active timeline: instant, state, completion time and the\n"
+        "size of each plan; --json prints one object per compaction with its operations.",
+    )
+    _add_path(show)
+    show.add_argument("--json", action="store_true", help="one JSON object per compaction (with operations)")
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog=PROG,
@@ -408,6 +533,7 @@ def build_parser() -> ArgumentParser:
     _add_read(subparsers)
     _add_timeline(subparsers)
     _add_rollback(subparsers)
+    _add_compaction(subparsers)
     return parser
 
 
