@@ -48,10 +48,9 @@ from model import (
 )
 
 from inlet.core import avro, faults
-from inlet.core.filegroups import FileSystemView, LogFile, list_data_files
+from inlet.core.filegroups import LogFile, list_data_files
 from inlet.core.instant import Instant, State
 from inlet.core.table import CommitResult, HudiTable
-from inlet.core.writers import mor_file_groups
 
 META = (COMMIT_TIME, RECORD_KEY, PARTITION_PATH)
 SEQNO = "_hoodie_commit_seqno"
@@ -367,15 +366,14 @@ class MorHarness:
 
     def _check_file_slices(self) -> None:
         """hudi-rs's latest file slices are the ones Inlet's writer sees (base file and log files)."""
-        files = list_data_files(self.table.storage)
         mine = {
             (
-                g.partition,
-                g.file_id,
-                g.base_file.name if g.base_file else "",
-                tuple(lf.name for lf in g.log_files),
+                s.partition,
+                s.file_id,
+                s.base_file.name if s.base_file else "",
+                tuple(lf.name for lf in s.log_files),
             )
-            for g in mor_file_groups(FileSystemView(self.table.timeline, None, files), files).values()
+            for s in self.table.file_system_view().latest_file_slices()
         }
         theirs = {
             (s.partition_path, s.file_id, s.base_file_name, tuple(s.log_file_names))
@@ -496,10 +494,9 @@ def test_bucket_index_appends_to_log_only_file_groups(mor: Any, merge_mode: str,
         "upsert", [row(5, 30, "c", p(5), True), row(6, 31, "c", p(6), False), row(3, 40, "c", p(3), False)]
     )
     h.write("insert", [row(7, 50, "d", p(7), False), row(21, 1, "d", p(21), False)])
-    files = list_data_files(h.table.storage)
-    groups = mor_file_groups(FileSystemView(h.table.timeline, None, files), files)
-    assert groups and all(g.base_file is None for g in groups.values())
-    assert {int(fid[:8]) for _, fid in groups} <= set(range(3))
+    slices = h.table.file_system_view().latest_file_slices()
+    assert slices and all(s.base_file is None for s in slices)
+    assert {int(s.file_id[:8]) for s in slices} <= set(range(3))
     h.check()
 
 

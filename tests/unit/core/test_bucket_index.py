@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from inlet.core import index
@@ -167,6 +168,25 @@ def test_string_and_list_hashes_match_java(java_hashes: Any) -> None:
             key = ",".join(f"{f}:{v}" for f, v in zip(fields, vals, strict=True))
             assert index.hash_key_values(key, fields) == vals
             assert index.bucket_id(key, fields, n) == j_bucket, key
+
+
+def test_vectorised_bucket_ids_match_java(java_hashes: Any) -> None:
+    """bucket_ids hashes ASCII keys with numpy and the others one by one: both agree with Java."""
+    strings = [s for s in _corpus() if "\ud800" not in s]  # Arrow strings are valid UTF-8
+    strings += [str(i) for i in range(-50, 500)] + ["id:1,name:a", "a:b", "a,b", "x" * 70000]
+    rng = random.Random(11)
+    for n in (1, 4, 16, 64, 1000, 2**31 - 1):
+        java = [bucket for _, _, bucket in java_hashes([(n, [s]) for s in strings])]
+        simple = [b for s, b in zip(strings, java, strict=True) if not ("," in s and ":" in s)]
+        keys = pa.array([s for s in strings if not ("," in s and ":" in s)])
+        assert index.bucket_ids(keys, ["id"], n).to_pylist() == simple
+        start = rng.randint(1, 40)
+        chunked = pa.chunked_array([keys.slice(0, 100), keys.slice(100)]).slice(start)
+        assert index.bucket_ids(chunked, ["id"], n).to_pylist() == simple[start:]
+    complex_keys = ["id:1,name:Alice", "id:__null__,name:x", "ts:2024-01-02 03:04:05,id:1", "abc"]
+    want = [index.bucket_id(k, ["id", "name"], 97) for k in complex_keys]
+    assert index.bucket_ids(pa.array(complex_keys), ["id", "name"], 97).to_pylist() == want
+    assert index.bucket_ids(pa.array([], pa.string()), ["id"], 8).to_pylist() == []
 
 
 def test_known_java_values() -> None:

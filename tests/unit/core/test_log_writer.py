@@ -23,16 +23,21 @@ from pathlib import Path
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from inlet.core import log_writer as lw
 from inlet.core.config import TableType
+from inlet.core.file_group_reader import BlockFilter
 from inlet.core.filegroups import LogFile
 from inlet.core.log_blocks import BlockType, DeleteRecord, HeaderKey
-from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema
+from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema, to_avro_schema
+from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
+from inlet.core.writers import LogKeyCache
 
 TESTDATA = Path(__file__).resolve().parents[3].parent / "shared" / "testdata" / "hudi-tables"
 
@@ -348,6 +353,116 @@ def test_avro_data_block_is_byte_identical_to_apache_hudi() -> None:
     assert len(ours_bytes) == len(real)
 
 
+def _typed_columns(n: int, seed: int) -> dict[str, pa.Array]:
+    """Columns of every type a table can hold, with edge values, for the columnar encoders."""
+    rng = np.random.default_rng(seed)
+    ints = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
+    edges = [0, 1, -1, 63, 64, -64, -65, 127, 128, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 8191, 8192]
+    ints[: len(edges)] = edges
+    small = rng.integers(-(2**31), 2**31 - 1, n).astype(np.int32)
+    words = ["", "a", "é", "東京", "😀", "x" * 200, "y" * 20000, "\x00nul"]
+    strings = pa.array([words[i % len(words)] + str(i) for i in range(n)])
+    floats = rng.standard_normal(n) * 10.0 ** rng.integers(-300, 300, n)
+    floats[:5] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    unscaled = rng.integers(-(10**17), 10**17, n)
+    with np.errstate(over="ignore"):  # doubles beyond float32 become infinities
+        singles = floats.astype(np.float32)
+    return {
+        "i64": pa.array(ints),
+        "i32": pa.array(small),
+        "s": strings,
+        "b": strings.cast(pa.binary()),
+        "f64": pa.array(floats),
+        "f32": pa.array(singles),
+        "bool": pa.array(rng.random(n) < 0.5),
+        "d": pa.array(rng.integers(-100000, 100000, n).astype(np.int32)).cast(pa.date32()),
+        "tsu": pa.array(ints // 10**6).cast(pa.timestamp("us", tz="UTC")),
+        "tsm": pa.array(ints // 10**9).cast(pa.timestamp("ms", tz="UTC")),
+        "local": pa.array(ints // 10**6).cast(pa.timestamp("us")),
+        "dec": pa.array([decimal.Decimal(int(v)).scaleb(-4) for v in unscaled], pa.decimal128(22, 4)),
+        "dec2": pa.array([decimal.Decimal(int(v) % 10**7).scaleb(-2) for v in unscaled], pa.decimal128(7, 2)),
+        "list": pa.array([[i, None, 3] for i in range(n)], pa.list_(pa.int64())),
+        "map": pa.array([[("k", i / 3)] for i in range(n)], pa.map_(pa.string(), pa.float64())),
+        "struct": pa.array(
+            [{"a": i, "b": str(i)} for i in range(n)], pa.struct([("a", pa.int32()), ("b", pa.string())])
+        ),
+    }
+
+
+@pytest.mark.parametrize("nulls", [False, True])
+def test_columnar_avro_encoding_equals_fastavro_record_by_record(nulls: bool) -> None:
+    n = 600
+    columns = _typed_columns(n, 7)
+    if nulls:
+        mask = pa.array(np.random.default_rng(3).random(n) < 0.3)
+        columns = {c: pc.if_else(mask, pa.nulls(n, a.type), a) for c, a in columns.items()}
+    table = pa.table(columns)
+    schema_json = to_avro_schema(table.schema, "t")  # local-timestamp-micros for the naive column
+    assert '"local-timestamp-micros"' in schema_json and '"timestamp-millis"' in schema_json
+    for part in (table, table.slice(7, 300), table.slice(0, 0)):
+        assert lw.encode_avro_records(part, schema_json) == lw.encode_avro_records_rowwise(part, schema_json)
+    # unions with null second, and required fields
+    schema_json = json.dumps(
+        {
+            "type": "record",
+            "name": "r",
+            "fields": [
+                {"name": "i64", "type": "long"},
+                {"name": "s", "type": ["string", "null"]},
+                {"name": "list", "type": {"type": "array", "items": ["null", "long"]}},
+            ],
+        }
+    )
+    plain = pa.table(_typed_columns(n, 8)).select(["i64", "s", "list"])
+    assert lw.encode_avro_records(plain, schema_json) == lw.encode_avro_records_rowwise(plain, schema_json)
+
+
+def test_columnar_avro_encoding_falls_back_for_shared_named_types_and_refuses_nulls() -> None:
+    point = {"type": "record", "name": "P", "fields": [{"name": "x", "type": "long"}]}
+    schema_json = json.dumps(
+        {"type": "record", "name": "r", "fields": [{"name": "a", "type": point}, {"name": "b", "type": "P"}]}
+    )
+    table = pa.table({"a": [{"x": 1}, {"x": -2}], "b": [{"x": 3}, {"x": 4}]})
+    assert lw.encode_avro_records(table, schema_json) == lw.encode_avro_records_rowwise(table, schema_json)
+    required = json.dumps({"type": "record", "name": "r", "fields": [{"name": "a", "type": "long"}]})
+    with pytest.raises((TypeError, ValueError)):
+        lw.encode_avro_records(pa.table({"a": pa.array([1, None], pa.int64())}), required)
+
+
+@pytest.mark.parametrize(
+    "column", ["i64", "i32", "s", "b", "f64", "f32", "bool", "d", "tsu", "tsm", "local", "dec", None]
+)
+def test_columnar_delete_encoding_equals_record_by_record(column: str | None) -> None:
+    n = 300
+    columns = _typed_columns(n, 5)
+    keys = pa.array([f"k{i}" if i % 50 else "東京" for i in range(n)])
+    partitions = pa.array([f"p={i % 3}" if i % 7 else "" for i in range(n)])
+    values = None if column is None else columns[column]
+    if column == "tsm":
+        values = pa.array(np.arange(n) * 1000).cast(pa.timestamp("ms", tz="UTC"))
+    want = lw.encode_delete_records(
+        [
+            DeleteRecord(k, p, v)
+            for k, p, v in zip(
+                keys.to_pylist(),
+                partitions.to_pylist(),
+                [None] * n if values is None else values.to_pylist(),
+                strict=True,
+            )
+        ],
+        None if values is None else values.type,
+    )
+    assert lw.encode_delete_columns(keys, partitions, values) == want
+    assert lw.encode_delete_columns(keys.slice(0, 0), partitions.slice(0, 0), None) == (
+        lw.encode_delete_records([])
+    )
+    seconds = pa.array([0, 5, -3], pa.int64()).cast(pa.timestamp("s"))
+    expected = lw.encode_delete_records(
+        [DeleteRecord("k", "p", v) for v in seconds.to_pylist()], seconds.type
+    )
+    assert lw.encode_delete_columns(pa.array(["k"] * 3), pa.array(["p"] * 3), seconds) == expected
+
+
 def test_avro_data_block_layout() -> None:
     schema_json = json.dumps(
         {
@@ -403,7 +518,9 @@ def test_parquet_data_block_has_the_structure_of_apache_hudis() -> None:
     assert pf.schema_arrow.metadata[b"parquet.avro.schema"] == schema_json.encode()
 
 
-def test_log_record_keys_reads_data_and_delete_blocks() -> None:
+def test_simple_index_reads_the_keys_of_the_blocks_that_count(tmp_path: Path) -> None:
+    """The MOR simple index reads a log's keys through the log reader and counts blocks as the
+    merged reader does: committed, not rolled back; a log it wrote itself is never decoded."""
     schema_json = json.dumps(
         {
             "type": "record",
@@ -414,15 +531,46 @@ def test_log_record_keys_reads_data_and_delete_blocks() -> None:
     table = pa.table(
         {c: pa.array(["1", "2"] if c == "_hoodie_record_key" else ["x", "y"]) for c in META_COLUMNS}
     )
-    data = (
-        lw.data_block(table, "t1", schema_json)
-        + lw.data_block(table.slice(0, 1), "t2", schema_json, lw.DataBlockFormat.PARQUET)
-        + lw.delete_block([DeleteRecord("3", "p", 5)], "t3", schema_json, pa.int64())
-        + lw.delete_block([DeleteRecord("4", "p", None)], "t4")
-        + lw.delete_block([DeleteRecord("5", "p", None)], "t5")
-        + lw.rollback_block("t6", "t5")
-    )
-    assert lw.log_record_keys(data) == {"t1": ["1", "2"], "t2": ["1"], "t3": ["3"], "t4": ["4"]}
+    blocks = [
+        lw.data_block(table, "t1", schema_json),
+        lw.data_block(table.slice(0, 1), "t2", schema_json, lw.DataBlockFormat.PARQUET),
+        lw.delete_block([DeleteRecord("3", "p", 5)], "t3", schema_json, pa.int64()),
+        lw.delete_block([DeleteRecord("4", "p", None)], "t4"),
+        lw.delete_block([DeleteRecord("5", "p", None)], "t5"),
+        lw.delete_block([DeleteRecord("6", "p", None)], "t7"),
+        lw.rollback_block("t6", "t5"),
+    ]
+    name = ".f1-0_20250101000000000.log.1_0-0-0"
+    storage = Storage(str(tmp_path))
+    size = lw.write_log_file(storage, name, blocks)
+    lf = LogFile.parse(name, size)
+    assert lf is not None
+    committed = BlockFilter(lambda instant: instant != "t7")
+    read = LogKeyCache().keys(storage, [lf], committed)
+    assert read.to_pylist() == ["1", "2", "1", "3", "4"]
+
+    written = LogKeyCache()
+    block_keys = [pa.array(k) for k in (["1", "2"], ["1"], ["3"], ["4"], ["5"], ["6"])]
+    written.put(storage, name, b"".join(blocks), block_keys)
+    (tmp_path / name).write_bytes(b"not read again")  # the cache is keyed by path and size
+    assert written.keys(storage, [LogFile.parse(name, size)], committed).equals(read)  # type: ignore[list-item]
+
+
+def test_log_key_cache_drops_the_least_recently_used_files(tmp_path: Path) -> None:
+    storage = Storage(str(tmp_path))
+    cache = LogKeyCache(max_bytes=1)
+    everything = BlockFilter(lambda instant: True)
+    files = []
+    for i in range(3):
+        name = f".f{i}-0_20250101000000000.log.1_0-0-0"
+        block = lw.delete_block([DeleteRecord(str(i), "p", None)], "t1")
+        size = lw.write_log_file(storage, name, [block])
+        cache.put(storage, name, block, [pa.array([str(i)])])
+        files.append(LogFile.parse(name, size))
+    (tmp_path / files[0].name).unlink()  # type: ignore[union-attr]
+    assert cache.keys(storage, files[2:], everything).to_pylist() == ["2"]  # type: ignore[arg-type]
+    with pytest.raises(FileNotFoundError):
+        cache.keys(storage, files[:1], everything)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------ files written by a MOR write

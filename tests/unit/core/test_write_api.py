@@ -12,6 +12,7 @@ import pytest
 
 from inlet.core import HudiTable, InvalidInputError, SchemaError
 from inlet.core.filegroups import BaseFile
+from inlet.core.writers import locate_keys
 
 
 def _table(tmp_path: pathlib.Path, **kw: object) -> HudiTable:
@@ -211,3 +212,21 @@ def test_bucket_index_hashes_the_configured_hash_field(tmp_path: pathlib.Path) -
         # List.hashCode of the single value str(id): 31 * 1 + String.hashCode
         h = 31 + sum(ord(c) * 31 ** (len(str(row["id"])) - 1 - i) for i, c in enumerate(str(row["id"])))
         assert int(row["_hoodie_file_name"][:8]) == (h & 0x7FFFFFFF) % 8
+
+
+def test_locate_keys_joins_incoming_with_stored_keys() -> None:
+    """The simple index's join: every file group holding a key gets every incoming record of it."""
+    incoming = pa.chunked_array([pa.array(["a", "b"]), pa.array(["c", "a", "z"])])
+    stored = [
+        ("f2", pa.array(["c", "x", "c"])),
+        ("f1", pa.array(["a", "b", "y"])),
+        ("f3", pa.array([], pa.string())),
+        ("f4", pa.array(["q"])),
+        ("f2", pa.array(["b"])),
+    ]
+    located = locate_keys(incoming, stored)
+    assert list(located) == ["f1", "f2"]
+    assert located["f1"].tolist() == [0, 1, 3]
+    assert located["f2"].tolist() == [1, 2]
+    assert locate_keys(incoming, []) == {}
+    assert locate_keys(pa.array([], pa.string()), stored) == {}

@@ -12,7 +12,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 BUCKET_ID_WIDTH = 8
 _INT_MASK = 0xFFFFFFFF
@@ -85,8 +87,64 @@ def bucket_id(record_key: str, hash_fields: Sequence[str], num_buckets: int) -> 
 def bucket_ids(
     record_keys: pa.ChunkedArray | pa.Array, hash_fields: Sequence[str], num_buckets: int
 ) -> pa.Array:
-    fields = list(hash_fields)
-    return pa.array([bucket_id(k, fields, num_buckets) for k in record_keys.to_pylist()], pa.int32())
+    """:func:`bucket_id` of every record key, as an int32 array.
+
+    Keys that hash as themselves (no ``,`` and ``:`` both) and are ASCII — one UTF-16 code unit per
+    byte — are hashed with numpy on their UTF-8 bytes (:func:`ascii_string_hashes`); any other key
+    goes through :func:`bucket_id`.
+    """
+    keys = record_keys.combine_chunks() if isinstance(record_keys, pa.ChunkedArray) else record_keys
+    keys = keys.cast(pa.string())
+    fast = pc.and_(
+        pc.string_is_ascii(keys),
+        pc.invert(pc.and_(pc.match_substring(keys, ","), pc.match_substring(keys, ":"))),
+    )
+    fast = np.asarray(pc.fill_null(fast, False).to_numpy(zero_copy_only=False), dtype=bool)
+    out = np.empty(len(keys), dtype=np.int64)
+    if fast.any():
+        hashes = ascii_string_hashes(keys.filter(pa.array(fast)))
+        list_hash = (31 + hashes) & _INT_MASK  # List#hashCode of the one value
+        out[fast] = (list_hash & 0x7FFFFFFF) % num_buckets
+    slow = np.flatnonzero(~fast)
+    if len(slow):
+        fields = list(hash_fields)
+        others = keys.take(pa.array(slow)).to_pylist()
+        out[slow] = [bucket_id(k, fields, num_buckets) for k in others]
+    return pa.array(out.astype(np.int32), pa.int32())
+
+
+def ascii_string_hashes(strings: pa.Array) -> np.ndarray:
+    """``String#hashCode`` of ASCII strings (no nulls), unsigned 32-bit, as int64.
+
+    ``h = sum(c[i] * 31**(len-1-i)) mod 2**32``: strings of one length form a byte matrix whose
+    product with the powers of 31 gives their hashes (uint64 arithmetic wraps modulo 2**64, a
+    multiple of 2**32).
+    """
+    n = len(strings)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32, count=n + 1, offset=strings.offset * 4)
+    offsets = offsets.astype(np.int64)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    if hi == lo:
+        return np.zeros(n, dtype=np.int64)
+    data = np.frombuffer(strings.buffers()[2], dtype=np.uint8, count=hi - lo, offset=lo)
+    starts, lengths = offsets[:-1] - lo, np.diff(offsets)
+    powers = np.full(int(lengths.max()), 31, dtype=np.uint64)
+    powers[0] = 1
+    powers = np.cumprod(powers) & np.uint64(_INT_MASK)  # 31**k mod 2**32
+    hashes = np.zeros(n, dtype=np.uint64)
+    order = np.argsort(lengths, kind="stable")
+    by_length = lengths[order]
+    bounds = np.flatnonzero(np.r_[True, by_length[1:] != by_length[:-1], True])
+    for first, end in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        size = int(by_length[first])
+        if size == 0:
+            continue
+        rows = order[first:end]
+        chars = data[starts[rows][:, None] + np.arange(size)].astype(np.uint64)
+        hashes[rows] = (chars @ powers[size - 1 :: -1]) & np.uint64(_INT_MASK)
+    return hashes.astype(np.int64)
 
 
 def bucket_file_id_prefix(bucket: int) -> str:

@@ -15,6 +15,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -67,6 +68,22 @@ def java_date_format_to_strftime(fmt: str) -> str:
 
 def escape_partition_value(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+_NEEDS_ESCAPE = "[" + "".join(f"\\x{{{ord(c):02x}}}" for c in sorted(_ESCAPED)) + "]"  # RE2 class
+
+
+def _escape_partition_values(text: pa.ChunkedArray) -> pa.ChunkedArray:
+    """:func:`escape_partition_value` of every value (no nulls); only values that hold a character
+    to escape are rewritten one by one."""
+    values = text.combine_chunks()
+    needs = pc.match_substring_regex(values, _NEEDS_ESCAPE)
+    if not pc.any(needs).as_py():
+        return pa.chunked_array([values])
+    flags = np.asarray(needs.to_numpy(zero_copy_only=False), dtype=bool)
+    escaped = [escape_partition_value(v) for v in values.filter(needs).to_pylist()]
+    nth = np.maximum(np.cumsum(flags) - 1, 0)  # row -> its rank among the rewritten values
+    return pa.chunked_array([pc.if_else(needs, pa.array(escaped, pa.string()).take(nth), values)])
 
 
 def unescape_partition_value(value: str) -> str:
@@ -190,7 +207,7 @@ class KeyGenerator:
     def partition_paths(self, table: pa.Table) -> pa.ChunkedArray:
         n = table.num_rows
         if not self.partition_fields or self.key_type is KeyGeneratorType.NON_PARTITION:
-            return pa.chunked_array([pa.array([""] * n, pa.string())])
+            return pa.chunked_array([pa.repeat(pa.scalar("", pa.string()), n)])
         segments = []
         for name in self.partition_fields:
             if name not in table.column_names:
@@ -203,9 +220,7 @@ class KeyGenerator:
             text = pc.if_else(pc.equal(text, ""), DEFAULT_PARTITION, text)
             text = pc.fill_null(text, DEFAULT_PARTITION)
             if self.url_encode:
-                text = pa.chunked_array(
-                    [pa.array([escape_partition_value(v) for v in text.to_pylist()], pa.string())]
-                )
+                text = _escape_partition_values(text)
             if self.hive_style:
                 text = pc.binary_join_element_wise(f"{name}=", text, "")
             segments.append(text)

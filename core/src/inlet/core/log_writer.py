@@ -37,16 +37,17 @@ import enum
 import io
 import json
 import struct
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from inlet.core.config import ConfigKey
-from inlet.core.errors import CorruptFileError, InvalidInputError
+from inlet.core.errors import InvalidInputError
 from inlet.core.log_blocks import (
     DATA_BLOCK_VERSION,
     LOG_FORMAT_VERSION,
@@ -267,35 +268,256 @@ def _needs_conversion(typ: pa.DataType) -> bool:
     return bool(pa.types.is_map(typ) or pa.types.is_struct(typ) or pa.types.is_list(typ))
 
 
-def encode_avro_records(records: pa.Table, schema_json: str) -> bytes:
-    """AVRO_DATA block content: block version 3, the record count, then each record length-prefixed.
-
-    ``records`` has one column per field of the Avro record schema ``schema_json`` (same names).
-    """
-    schema = fastavro.parse_schema(json.loads(schema_json))
-    names = [f["name"] for f in json.loads(schema_json)["fields"]]
-    missing = [n for n in names if n not in records.column_names]
-    if missing:
-        raise InvalidInputError(f"records lack field(s) {', '.join(missing)} of the block schema")
+def _avro_rows(records: pa.Table, fields: list[dict[str, Any]], schema: Any) -> list[bytes]:
+    """Each record's Avro binary datum, encoded one record at a time by fastavro."""
     columns = []
-    for n in names:
-        col = records.column(n)
+    for f in fields:
+        col = records.column(f["name"])
         values = col.to_pylist()
         if _needs_conversion(col.type):
             values = [_py_value(v, col.type) for v in values]
         columns.append(values)
-    out = io.BytesIO()
-    out.write(_I32.pack(DATA_BLOCK_VERSION))
-    out.write(_I32.pack(records.num_rows))
+    names = [f["name"] for f in fields]
+    out = []
     buf = io.BytesIO()
     for i in range(records.num_rows):
         buf.seek(0)
         buf.truncate()
         fastavro.schemaless_writer(buf, schema, {n: columns[j][i] for j, n in enumerate(names)})
-        datum = buf.getvalue()
-        out.write(_I32.pack(len(datum)))
-        out.write(datum)
-    return out.getvalue()
+        out.append(buf.getvalue())
+    return out
+
+
+def encode_avro_records_rowwise(records: pa.Table, schema_json: str) -> bytes:
+    """:func:`encode_avro_records`, one record at a time through fastavro (the reference encoding)."""
+    fields = _block_fields(records, schema_json)
+    datums = _avro_rows(records, fields, fastavro.parse_schema(json.loads(schema_json)))
+    out = bytearray(_I32.pack(DATA_BLOCK_VERSION) + _I32.pack(records.num_rows))
+    for datum in datums:
+        out += _I32.pack(len(datum)) + datum
+    return bytes(out)
+
+
+def _block_fields(records: pa.Table, schema_json: str) -> list[dict[str, Any]]:
+    fields: list[dict[str, Any]] = json.loads(schema_json)["fields"]
+    missing = [f["name"] for f in fields if f["name"] not in records.column_names]
+    if missing:
+        raise InvalidInputError(f"records lack field(s) {', '.join(missing)} of the block schema")
+    return fields
+
+
+def encode_avro_records(records: pa.Table, schema_json: str) -> bytes:
+    """AVRO_DATA block content: block version 3, the record count, then each record length-prefixed.
+
+    ``records`` has one column per field of the Avro record schema ``schema_json`` (same names).
+    Columns are encoded a whole column at a time (:func:`_encode_column`); the bytes are those
+    fastavro writes record by record (:func:`encode_avro_records_rowwise`). A field of a type the
+    columnar encoder does not know (arrays, maps, records, ...) is encoded value by value by
+    fastavro, and if even that is not possible on its own (a named type defined by another field),
+    the whole block is.
+    """
+    fields = _block_fields(records, schema_json)
+    n = records.num_rows
+    head = _I32.pack(DATA_BLOCK_VERSION) + _I32.pack(n)
+    if n == 0:
+        return head
+    pieces: list[pa.Array] = []
+    for f in fields:
+        col = records.column(f["name"]).combine_chunks()
+        encoded = _encode_column(col, f["type"])
+        if encoded is None:
+            encoded = _encode_column_rowwise(records, f)
+            if encoded is None:
+                return encode_avro_records_rowwise(records, schema_json)
+        pieces.extend(encoded)
+    sizes = np.zeros(n, dtype=np.int64)
+    for p in pieces:
+        sizes += pc.binary_length(p).to_numpy()
+    if int(sizes.max()) > 2**31 - 1:
+        raise InvalidInputError("an Avro record of more than 2 GiB cannot be written into a log block")
+    prefix = _fixed_width(np.ascontiguousarray(sizes.astype(">i4")).view(np.uint8).reshape(n, 4))
+    joined = pc.binary_join_element_wise(prefix, *pieces, _EMPTY)
+    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64, count=n + 1, offset=joined.offset * 8)
+    return head + memoryview(joined.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
+
+
+# ---------------------------------------------------------------------------------- columnar Avro
+#
+# A record's Avro binary form is its fields' encodings one after the other, so a block can be built
+# column by column: every field becomes one or two ``large_binary`` arrays ("pieces") holding each
+# row's bytes for that field, and one element-wise concatenation of all pieces gives the records.
+# Union branch indexes, lengths and integers are zig-zag varints (built with numpy, at most ten
+# passes over a column); doubles and floats are little-endian IEEE; decimals (Avro ``fixed``) are
+# big-endian two's complement of the unscaled value, sign-extended to the fixed size.
+
+_EMPTY = pa.scalar(b"", pa.large_binary())
+_PRIMITIVES = ("string", "bytes", "long", "int", "double", "float", "boolean", "fixed")
+
+
+def _zigzag_array(values: np.ndarray) -> np.ndarray:
+    v = values.astype(np.int64, copy=False)
+    return ((v << np.int64(1)) ^ (v >> np.int64(63))).view(np.uint64)
+
+
+_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)  # 2**7, 2**14, ...
+
+
+def _varint_sizes(z: np.ndarray) -> np.ndarray:
+    """Bytes of each value's varint: 1 + how many of 2**7, 2**14, ... 2**63 it reaches."""
+    return 1 + np.searchsorted(_VARINT_LIMITS, z, side="right").astype(np.int64)
+
+
+def _binary(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+    return pa.Array.from_buffers(
+        pa.large_binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
+def _fixed_width(values: np.ndarray) -> pa.Array:
+    """Rows of an ``(n, k)`` uint8 matrix as a binary array."""
+    n, k = values.shape
+    return _binary(np.arange(n + 1, dtype=np.int64) * k, np.ascontiguousarray(values).reshape(-1))
+
+
+def _piece(
+    n: int,
+    valid: np.ndarray | None,
+    branches: tuple[int, int] | None,
+    varint: np.ndarray | None = None,
+    fixed: np.ndarray | None = None,
+) -> pa.Array:
+    """Per row: the union branch (``branches`` = (value branch, null branch), or no branch), then
+    for non-null rows a zig-zagged varint (``varint``, uint64) or the bytes of ``fixed`` (n, k)."""
+    lead = 0 if branches is None else 1
+    if varint is not None:
+        payload = _varint_sizes(varint)
+    elif fixed is not None:
+        payload = np.full(n, fixed.shape[1], dtype=np.int64)
+    else:
+        payload = np.zeros(n, dtype=np.int64)
+    sizes = lead + (payload if valid is None else np.where(valid, payload, 0))
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    data = np.zeros(int(offsets[-1]), dtype=np.uint8)
+    starts = offsets[:-1]
+    if branches is not None:
+        data[starts] = branches[0] if valid is None else np.where(valid, branches[0], branches[1])
+    rows = np.arange(n) if valid is None else np.flatnonzero(valid)
+    at = starts[rows] + lead
+    if varint is not None:
+        z, size = varint[rows], payload[rows]
+        for k in range(int(size.max()) if len(size) else 0):
+            more = size > k
+            byte = ((z[more] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+            byte[size[more] > k + 1] |= 0x80
+            data[at[more] + k] = byte
+    elif fixed is not None and len(rows):
+        data[at[:, None] + np.arange(fixed.shape[1])] = fixed[rows]
+    return _binary(offsets, data)
+
+
+def _avro_kind(avro_type: Any) -> tuple[str, str | None, dict[str, Any]] | None:
+    """(primitive type, logical type, the type's attributes) of a non-union Avro type."""
+    if isinstance(avro_type, str):
+        return (avro_type, None, {}) if avro_type in _PRIMITIVES and avro_type != "fixed" else None
+    if isinstance(avro_type, dict) and avro_type.get("type") in _PRIMITIVES:
+        return str(avro_type["type"]), avro_type.get("logicalType"), avro_type
+    return None
+
+
+def _values(col: pa.Array, typ: pa.DataType) -> np.ndarray:
+    """The column cast to ``typ`` as numpy values (nulls as zero: their rows write no value)."""
+    values = col.cast(typ)
+    if values.null_count:
+        values = pc.fill_null(values, pa.scalar(False if pa.types.is_boolean(typ) else 0).cast(typ))
+    return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
+def _encode_column(col: pa.Array, avro_type: Any) -> list[pa.Array] | None:
+    """The pieces of one field for every row, or None if this encoder does not handle the type."""
+    n = len(col)
+    branches: tuple[int, int] | None = None
+    if isinstance(avro_type, list):
+        if len(avro_type) != 2 or "null" not in avro_type:
+            return None
+        null_at = avro_type.index("null")
+        branches = (2 * (1 - null_at), 2 * null_at)  # zig-zagged union indexes
+        avro_type = avro_type[1 - null_at]
+    elif col.null_count:
+        return None  # fastavro raises the error for a null in a non-nullable field
+    kind = _avro_kind(avro_type)
+    if kind is None:
+        return None
+    name, logical, attrs = kind
+    typ = col.type
+    valid = None if col.null_count == 0 else np.asarray(col.is_valid().to_numpy(zero_copy_only=False))
+
+    def piece(varint: np.ndarray | None = None, fixed: np.ndarray | None = None) -> pa.Array:
+        return _piece(n, valid, branches, varint, fixed)
+
+    if name in ("string", "bytes") and logical is None:
+        text = pa.types.is_string(typ) or pa.types.is_large_string(typ)
+        raw = pa.types.is_binary(typ) or pa.types.is_large_binary(typ)
+        if not (text if name == "string" else raw):
+            return None
+        data = col.cast(pa.large_binary())
+        if col.null_count:
+            data = pc.fill_null(data, _EMPTY)
+        lengths = np.asarray(pc.binary_length(data).to_numpy())
+        return [piece(varint=_zigzag_array(lengths)), data]
+    if name == "long":
+        integer = pa.types.is_integer(typ) and not pa.types.is_uint64(typ)
+        stamp = pa.types.is_timestamp(typ)
+        if logical is None and integer:
+            return [piece(varint=_zigzag_array(_values(col, pa.int64())))]
+        if stamp and logical in _TIMESTAMPS and _TIMESTAMPS[logical] == (typ.unit, typ.tz is not None):
+            return [piece(varint=_zigzag_array(_values(col, pa.int64())))]
+        return None
+    if name == "int":
+        small = pa.types.is_int8(typ) or pa.types.is_int16(typ) or pa.types.is_int32(typ)
+        small = small or pa.types.is_uint8(typ) or pa.types.is_uint16(typ)
+        if (logical is None and small) or (logical == "date" and pa.types.is_date32(typ)):
+            return [piece(varint=_zigzag_array(_values(col, pa.int32())))]
+        return None
+    if name in ("double", "float") and logical is None:
+        width = "<f8" if name == "double" else "<f4"
+        if not (pa.types.is_float64(typ) if name == "double" else pa.types.is_float32(typ)):
+            return None
+        values = np.asarray(_values(col, typ), dtype=width)
+        return [piece(fixed=values.view(np.uint8).reshape(n, -1))]
+    if name == "boolean" and logical is None and pa.types.is_boolean(typ):
+        flags = np.asarray(_values(col, typ), dtype=np.uint8)
+        return [piece(fixed=flags.reshape(n, 1))]
+    if name == "fixed" and logical == "decimal" and pa.types.is_decimal(typ):
+        size, scale, precision = int(attrs["size"]), int(attrs.get("scale", 0)), int(attrs["precision"])
+        if typ.scale != scale or typ.precision > precision or size > typ.byte_width:
+            return None
+        width = typ.byte_width  # little-endian two's complement, 16 or 32 bytes
+        words = np.frombuffer(col.buffers()[1], dtype=np.uint8, count=n * width, offset=col.offset * width)
+        return [piece(fixed=words.reshape(n, width)[:, size - 1 :: -1])]
+    return None
+
+
+# Avro timestamp logical types -> (Arrow unit, whether the Arrow type has a time zone). fastavro
+# converts aware datetimes exactly for timestamp-*, naive ones exactly for local-timestamp-*
+# (naive datetimes under timestamp-* go through the local time zone: left to fastavro).
+_TIMESTAMPS = {
+    "timestamp-micros": ("us", True),
+    "timestamp-millis": ("ms", True),
+    "local-timestamp-micros": ("us", False),
+    "local-timestamp-millis": ("ms", False),
+}
+
+
+def _encode_column_rowwise(records: pa.Table, field: dict[str, Any]) -> list[pa.Array] | None:
+    """One field encoded value by value by fastavro (None if the field's type cannot be parsed on
+    its own, e.g. it names a type another field defines)."""
+    try:
+        schema = fastavro.parse_schema({"type": "record", "name": "InletColumn", "fields": [field]})
+    except Exception:  # fastavro raises several types for unknown named types
+        return None
+    one = records.select([field["name"]])
+    return [pa.array(_avro_rows(one, [field], schema), pa.large_binary())]
 
 
 def encode_parquet_records(records: pa.Table, schema_json: str, compression: str = "gzip") -> bytes:
@@ -319,6 +541,74 @@ def encode_delete_records(deletes: Sequence[DeleteRecord], ordering_type: pa.Dat
     return _I32.pack(DATA_BLOCK_VERSION) + _I32.pack(len(datum)) + bytes(datum)
 
 
+def encode_delete_columns(
+    keys: pa.Array | pa.ChunkedArray,
+    partitions: pa.Array | pa.ChunkedArray,
+    ordering: pa.Array | pa.ChunkedArray | None = None,
+) -> bytes:
+    """:func:`encode_delete_records` of the deletes ``(keys[i], partitions[i], ordering[i])``,
+    encoded a column at a time; the ordering values are wrapped by the ordering column's type
+    (``ordering`` None: every delete carries Hudi's default ordering value)."""
+    keys, partitions = _one(keys), _one(partitions)
+    n = len(keys)
+    head = _I32.pack(DATA_BLOCK_VERSION)
+    if n == 0:
+        return head + _I32.pack(1) + _zigzag(0)
+    values = None if ordering is None else _one(ordering)
+    if values is None:
+        wrapped: list[pa.Array] | None = [_constant(n, encode_ordering_value(None))]
+    else:
+        wrapped = _ordering_pieces(values)
+    key_pieces = _encode_column(keys.cast(pa.string()), ["null", "string"])
+    partition_pieces = _encode_column(partitions.cast(pa.string()), ["null", "string"])
+    if wrapped is None or key_pieces is None or partition_pieces is None:
+        ordering_values = [None] * n if values is None else values.to_pylist()
+        deletes = [
+            DeleteRecord(k, p, v)
+            for k, p, v in zip(keys.to_pylist(), partitions.to_pylist(), ordering_values, strict=True)
+        ]
+        return encode_delete_records(deletes, None if values is None else values.type)
+    joined = pc.binary_join_element_wise(*key_pieces, *partition_pieces, *wrapped, _EMPTY)
+    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64, count=n + 1, offset=joined.offset * 8)
+    records = memoryview(joined.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
+    datum = _zigzag(n) + records + _zigzag(0)  # one array block holding every record
+    return head + _I32.pack(len(datum)) + datum
+
+
+def _one(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _constant(n: int, value: bytes) -> pa.Array:
+    return _fixed_width(np.tile(np.frombuffer(value, dtype=np.uint8), (n, 1)))
+
+
+def _ordering_pieces(values: pa.Array) -> list[pa.Array] | None:
+    """Ordering values wrapped as :func:`encode_ordering_value` wraps them (None: not handled here)."""
+    typ = values.type
+    branch = ordering_branch(typ)  # refuses types without a wrapper
+    if values.null_count:
+        return None
+    if pa.types.is_timestamp(typ):
+        if typ.unit == "ns":
+            return None
+        values = values.cast(pa.int64())
+        if typ.unit == "s":  # encode_ordering_value goes through a datetime: seconds become millis
+            values = pc.multiply(values, 1000)
+    avro_type: Any = {
+        BOOLEAN: "boolean",
+        INT: "int",
+        LONG: "long",
+        FLOAT: "float",
+        DOUBLE: "double",
+        BYTES: "bytes",
+        STRING: "string",
+        DATE: {"type": "int", "logicalType": "date"},
+    }.get(branch)
+    pieces = None if avro_type is None else _encode_column(values, avro_type)
+    return None if pieces is None else [_constant(len(values), _zigzag(branch)), *pieces]
+
+
 # ---------------------------------------------------------------------------------- blocks
 
 
@@ -329,19 +619,13 @@ def encode_block(
     footer: Mapping[HeaderKey, str] | None = None,
 ) -> bytes:
     """One whole log block: magic, lengths, header, content, footer and the total-length trailer."""
-    head = encode_metadata(header)
+    head = _I32.pack(LOG_FORMAT_VERSION) + _I32.pack(int(block_type)) + encode_metadata(header)
+    head += _I64.pack(len(content))
     foot = encode_metadata(footer or {})
-    body = (
-        _I32.pack(LOG_FORMAT_VERSION)
-        + _I32.pack(int(block_type))
-        + head
-        + _I64.pack(len(content))
-        + content
-        + foot
-    )
-    block_length = len(body) + _I64.size  # everything after the length field, trailer included
-    total = len(MAGIC) + _I64.size + len(body)  # everything before the trailer
-    return MAGIC + _I64.pack(block_length) + body + _I64.pack(total)
+    body_length = len(head) + len(content) + len(foot)
+    block_length = body_length + _I64.size  # everything after the length field, trailer included
+    total = len(MAGIC) + _I64.size + body_length  # everything before the trailer
+    return b"".join((MAGIC, _I64.pack(block_length), head, content, foot, _I64.pack(total)))
 
 
 def data_block(
@@ -373,6 +657,20 @@ def delete_block(
     return encode_block(BlockType.DELETE, header, encode_delete_records(deletes, ordering_type))
 
 
+def delete_block_columns(
+    keys: pa.Array | pa.ChunkedArray,
+    partitions: pa.Array | pa.ChunkedArray,
+    ordering: pa.Array | pa.ChunkedArray | None,
+    instant_time: str,
+    schema_json: str | None = None,
+) -> bytes:
+    """:func:`delete_block` of deletes given as columns (see :func:`encode_delete_columns`)."""
+    header = {HeaderKey.INSTANT_TIME: instant_time}
+    if schema_json:
+        header[HeaderKey.SCHEMA] = schema_json
+    return encode_block(BlockType.DELETE, header, encode_delete_columns(keys, partitions, ordering))
+
+
 def rollback_block(instant_time: str, target_instant_time: str) -> bytes:
     """A rollback command block: the blocks of ``target_instant_time`` are to be ignored.
 
@@ -392,157 +690,3 @@ def write_log_file(storage: Storage, path: str, blocks: Sequence[bytes]) -> int:
     data = b"".join(blocks)
     storage.write_bytes(path, data)
     return len(data)
-
-
-# ---------------------------------------------------------------------------------- key scan
-#
-# A small private decoder for what the writer's index needs: the record keys a log file holds
-# (data and delete blocks). The full reader is inlet.core.log_reader.
-
-
-@dataclass(frozen=True)
-class _Frame:
-    block_type: int
-    header: dict[int, str]
-    content: bytes
-
-
-def _frames(data: bytes, what: str) -> Iterator[_Frame]:
-    pos = 0
-    n = len(data)
-    while pos < n:
-        if data[pos : pos + len(MAGIC)] != MAGIC:
-            raise CorruptFileError(f"{what}: no block magic at byte offset {pos}")
-        try:
-            (length,) = _I64.unpack_from(data, pos + 6)
-            end = pos + 14 + length
-            if length < 32 or end > n:
-                raise CorruptFileError(f"{what}: block at byte offset {pos} is cut short")
-            p = pos + 14
-            _version, btype, count = struct.unpack_from(">iii", data, p)
-            p += 12
-            header: dict[int, str] = {}
-            for _ in range(count):
-                key, size = struct.unpack_from(">ii", data, p)
-                p += 8
-                header[key] = data[p : p + size].decode("utf-8")
-                p += size
-            (clen,) = _I64.unpack_from(data, p)
-            p += 8
-            content = data[p : p + clen]
-        except struct.error as e:
-            raise CorruptFileError(f"{what}: block at byte offset {pos} is cut short") from e
-        yield _Frame(btype, header, content)
-        pos = end
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = z = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        z |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return (z >> 1) ^ -(z & 1), pos
-
-
-def _read_optional_string(data: bytes, pos: int) -> tuple[str | None, int]:
-    branch, pos = _read_varint(data, pos)
-    if branch == 0:
-        return None, pos
-    size, pos = _read_varint(data, pos)
-    return data[pos : pos + size].decode("utf-8"), pos + size
-
-
-def _skip_ordering_value(data: bytes, pos: int) -> int:
-    branch, pos = _read_varint(data, pos)
-    if branch == 0:
-        return pos
-    if branch == BOOLEAN:
-        return pos + 1
-    if branch in (INT, LONG, DATE, 10, 11):
-        return _read_varint(data, pos)[1]
-    if branch == FLOAT:
-        return pos + 4
-    if branch == DOUBLE:
-        return pos + 8
-    if branch in (BYTES, STRING, DECIMAL):
-        size, pos = _read_varint(data, pos)
-        return pos + size
-    raise CorruptFileError(f"delete block: ordering value union branch {branch} is not supported")
-
-
-def _delete_keys(content: bytes) -> list[str]:
-    pos = 8  # block version, datum length
-    keys: list[str] = []
-    while True:
-        count, pos = _read_varint(content, pos)
-        if count == 0:
-            return keys
-        if count < 0:  # a block with its byte size (Avro allows it)
-            count = -count
-            pos = _read_varint(content, pos)[1]
-        for _ in range(count):
-            key, pos = _read_optional_string(content, pos)
-            _, pos = _read_optional_string(content, pos)
-            pos = _skip_ordering_value(content, pos)
-            if key is not None:
-                keys.append(key)
-
-
-def _avro_data_keys(frame: _Frame) -> list[str]:
-    schema = json.loads(frame.header.get(int(HeaderKey.SCHEMA), "{}"))
-    names = [f["name"] for f in schema.get("fields", [])]
-    content = frame.content
-    (count,) = _I32.unpack_from(content, 4)
-    pos = 8
-    keys = []
-    fast = names[:3] == ["_hoodie_commit_time", "_hoodie_commit_seqno", _KEY_FIELD]
-    parsed: Any = None if fast else fastavro.parse_schema(schema)
-    for _ in range(count):
-        (size,) = _I32.unpack_from(content, pos)
-        pos += 4
-        if fast:  # the meta fields lead, each an optional string
-            p = pos
-            for _field in range(2):
-                _, p = _read_optional_string(content, p)
-            key, _ = _read_optional_string(content, p)
-        else:
-            rec = fastavro.schemaless_reader(io.BytesIO(content[pos : pos + size]), parsed, None)
-            value = rec.get(_KEY_FIELD) if isinstance(rec, dict) else None
-            key = value if isinstance(value, str) else None
-        if key is not None:
-            keys.append(key)
-        pos += size
-    return keys
-
-
-def log_record_keys(data: bytes, what: str = "log file") -> dict[str, list[str]]:
-    """Record keys of the data and delete blocks of a log file, by block instant time.
-
-    Blocks of rolled-back instants (rollback command blocks of older table versions) are left out.
-    """
-    frames = list(_frames(data, what))
-    rolled_back = {
-        f.header.get(int(HeaderKey.TARGET_INSTANT_TIME), "")
-        for f in frames
-        if f.block_type == BlockType.COMMAND
-        and f.header.get(int(HeaderKey.COMMAND_BLOCK_TYPE)) == str(int(CommandType.ROLLBACK))
-    }
-    out: dict[str, list[str]] = {}
-    for f in frames:
-        instant = f.header.get(int(HeaderKey.INSTANT_TIME), "")
-        if instant in rolled_back:
-            continue
-        if f.block_type == BlockType.AVRO_DATA:
-            keys = _avro_data_keys(f)
-        elif f.block_type == BlockType.PARQUET_DATA:
-            table = pq.read_table(pa.BufferReader(f.content), columns=[_KEY_FIELD])
-            keys = [k for k in table.column(_KEY_FIELD).to_pylist() if k is not None]
-        elif f.block_type == BlockType.DELETE:
-            keys = _delete_keys(f.content)
-        else:
-            continue
-        out.setdefault(instant, []).extend(keys)
-    return out

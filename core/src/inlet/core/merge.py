@@ -22,31 +22,34 @@ POSITION = "__inlet_pos"
 
 
 def dedupe(table: pa.Table, mode: MergeMode, ordering_field: str | None) -> pa.Table:
-    """Keep one record per (record key, partition path): the winner under ``mode``."""
+    """Keep one record per (record key, partition path): the winner under ``mode``, winners in
+    arrival order. Only the key, partition and ordering columns are sorted; the records are taken
+    once (not at all when no key repeats)."""
     if table.num_rows <= 1:
         return table
-    t = table.append_column(POSITION, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    columns = {KEY: table.column(KEY), PARTITION: table.column(PARTITION)}
     # a null ordering value sorts first, so any non-null value beats it
     sort_keys = [(KEY, "ascending", "at_start"), (PARTITION, "ascending", "at_start")]
     if mode is MergeMode.EVENT_TIME_ORDERING and ordering_field:
-        sort_keys.append((ordering_field, "ascending", "at_start"))
+        columns[POSITION + "_ordering"] = table.column(ordering_field)
+        sort_keys.append((POSITION + "_ordering", "ascending", "at_start"))
+    columns[POSITION] = pa.array(np.arange(table.num_rows, dtype=np.int64))
     sort_keys.append((POSITION, "ascending", "at_start"))
-    idx = pc.sort_indices(t, sort_keys=sort_keys)
-    t = t.take(idx)
-    keys = t.column(KEY).combine_chunks()
-    parts = t.column(PARTITION).combine_chunks()
-    n = t.num_rows
+    order = pc.sort_indices(pa.table(columns), sort_keys=sort_keys)
+    keys = table.column(KEY).take(order).combine_chunks()
+    parts = table.column(PARTITION).take(order).combine_chunks()
+    n = table.num_rows
     # a row is the winner of its group if the next row has a different (key, partition)
     same_next = pc.and_(
         pc.equal(keys.slice(0, n - 1), keys.slice(1)),
         pc.equal(parts.slice(0, n - 1), parts.slice(1)),
     )
-    last = pc.invert(same_next)
-    keep = pa.concat_arrays([last, pa.array([True])])
-    winners = t.filter(keep)
-    # restore arrival order among winners (stable output for callers)
-    winners = winners.take(pc.sort_indices(winners, sort_keys=[(POSITION, "ascending")]))
-    return winners.drop_columns([POSITION])
+    if not pc.any(same_next).as_py():
+        return table  # every (key, partition) is unique
+    keep = pa.concat_arrays([pc.invert(same_next), pa.array([True])])
+    # winners in arrival order (stable output for callers): their positions, ascending
+    winners = np.sort(np.asarray(order.filter(keep).to_numpy()))
+    return table.take(pa.array(winners))
 
 
 def incoming_wins(

@@ -17,7 +17,12 @@ Merge-on-Read tables run the same steps as ``deltacommit`` instants (replace ope
 ``replacecommit``): :func:`plan_mor_write` sends updates and deletes of a file group to one new
 log file of it (:func:`write_log_group`, blocks encoded by :mod:`inlet.core.log_writer`), and
 inserts to new base files (simple index) or to the log files of their bucket's file group (bucket
-index). The simple index looks keys up in the latest file slice: base file and log files.
+index). The simple index looks keys up in the latest file slice (base file and log files, the
+slices of :class:`~inlet.core.filegroups.FileSystemView` that readers merge; log keys are read once
+per process, see :class:`LogKeyCache`); the bucket index routes by bucket id without any lookup.
+
+Hot paths are columnar: key lookups are Arrow hash probes (:func:`locate_keys`), merging stored
+with incoming records matches keys with ``index_in``, log blocks are encoded a column at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -48,13 +55,14 @@ from inlet.core.config import (
     WriteOperation,
 )
 from inlet.core.errors import InvalidInputError, SchemaError, UnsupportedError
+from inlet.core.file_group_reader import BlockFilter, counted_blocks
 from inlet.core.filegroups import (
     PARTITION_METADATA_FILE,
     BaseFile,
+    FileSlice,
     FileSystemView,
     LogFile,
     base_file_name,
-    list_data_files,
     log_file_name,
     new_file_id,
     write_token,
@@ -62,7 +70,15 @@ from inlet.core.filegroups import (
 from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
 from inlet.core.instant import Action, Instant
 from inlet.core.keys import KeyGenerator
-from inlet.core.log_blocks import DeleteRecord
+from inlet.core.log_blocks import BlockType
+from inlet.core.log_reader import (
+    BytesSource,
+    LogFileScan,
+    iter_block_batches,
+    open_source,
+    read_delete_records,
+    scan_frames,
+)
 from inlet.core.rollback import rollback, rollback_failed_writes
 from inlet.core.schema import (
     IS_DELETED_COLUMN,
@@ -73,7 +89,7 @@ from inlet.core.schema import (
     normalize_schema,
     to_avro_schema,
 )
-from inlet.core.storage import FileInfo, Storage
+from inlet.core.storage import Storage
 
 if TYPE_CHECKING:
     from inlet.core.table import CommitResult, HudiTable
@@ -244,7 +260,7 @@ def plan_write(
             return plan
         for p, recs in by_partition.items():
             # the partition is replaced even if all its incoming records are deletes
-            rows = recs.filter(pc.invert(recs.column(DELETED)))
+            rows = _without_deletes(recs)
             if rows.num_rows:
                 plan.file_groups.extend(_new_file_groups(table, p, rows, view, options, replace=True))
         return plan
@@ -268,7 +284,7 @@ def plan_write(
             recs = recs.filter(pa.array(~found))
             if explicit:
                 continue  # deleting keys that do not exist is a no-op
-        inserts = recs.filter(pc.invert(recs.column(DELETED)))
+        inserts = _without_deletes(recs)
         if inserts.num_rows:
             # inserts may land in a small file group that also takes updates in this write;
             # _merge_same_groups folds both into one rewrite of that file group
@@ -293,25 +309,56 @@ def stored_record_keys(storage: Storage, path: str, kg: KeyGenerator, populate_m
 
 
 def _locate(table: HudiTable, view: FileSystemView, partition: str, recs: pa.Table) -> dict[str, np.ndarray]:
-    """Simple index: file id -> positions (ascending) of the incoming records stored in it.
-
-    A key stored in several file groups (duplicates written by inserts) is routed to each of
-    them, as Apache Hudi's simple index does (a join of incoming keys with stored locations).
-    """
-    stored = []
-    for bf in view.latest_base_files(partition):
-        keys = pc.unique(
-            stored_record_keys(table.storage, bf.path, table.key_generator, table.populate_meta_fields)
-        )
-        stored.append(pa.table({KEY: keys, "__fid": pa.array([bf.file_id] * len(keys), pa.string())}))
-    if not stored or recs.num_rows == 0:
+    """Simple index (Copy-on-Write): file id -> positions (ascending) of the incoming records stored
+    in its latest base file."""
+    if recs.num_rows == 0:
         return {}
-    locations = pa.concat_tables(stored)
-    incoming = pa.table({KEY: recs.column(KEY), "__pos": pa.array(np.arange(recs.num_rows, dtype=np.int64))})
-    joined = incoming.join(locations, keys=KEY, join_type="inner")
-    fids = np.asarray(joined.column("__fid").to_numpy(zero_copy_only=False), dtype=object)
-    pos = np.asarray(joined.column("__pos").to_numpy(), dtype=np.int64)
-    return {str(fid): np.sort(pos[fids == fid]) for fid in sorted(set(fids.tolist()))}
+    stored = (
+        (
+            bf.file_id,
+            stored_record_keys(table.storage, bf.path, table.key_generator, table.populate_meta_fields),
+        )
+        for bf in view.latest_base_files(partition)
+    )
+    return locate_keys(recs.column(KEY), stored)
+
+
+def locate_keys(
+    incoming: pa.ChunkedArray | pa.Array, stored: Iterable[tuple[str, pa.Array]]
+) -> dict[str, np.ndarray]:
+    """The simple index's join: file id -> positions (ascending) of the ``incoming`` keys that the
+    file group's ``stored`` keys hold, file ids in order.
+
+    A key stored in several file groups (duplicates written by inserts) is routed to each of them,
+    as Apache Hudi's simple index does (a join of incoming keys with stored locations); an incoming
+    key given twice is located twice. Vectorised: the incoming keys are dictionary-encoded once,
+    and every stored key is looked up in that dictionary in one ``index_in`` (one hash probe each).
+    """
+    encoded = pc.dictionary_encode(_one_array(incoming).cast(pa.large_string()))
+    codes = np.asarray(encoded.indices.to_numpy(zero_copy_only=False))
+    distinct = encoded.dictionary
+    fids, parts = [], []
+    for fid, keys in stored:
+        fids.append(fid)
+        parts.append(keys.cast(pa.large_string()))  # large: the keys of all file groups may pass 2 GiB
+    if not parts:
+        return {}
+    owner = np.repeat(np.arange(len(parts)), [len(k) for k in parts])
+    found = pc.index_in(pa.concat_arrays(parts), value_set=distinct)  # one hash table, one probe per key
+    hit = np.asarray(found.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    owners, held_codes = owner[hit], np.asarray(found.drop_null().to_numpy())
+    out: dict[str, np.ndarray] = {}
+    for i in np.unique(owners).tolist():
+        held = np.zeros(len(distinct), dtype=bool)
+        held[held_codes[owners == i]] = True
+        rows = np.flatnonzero(held[codes])
+        previous = out.get(fids[i])  # a file id given twice: its positions are merged
+        out[fids[i]] = rows if previous is None else np.union1d(previous, rows)
+    return {fid: out[fid] for fid in sorted(out)}
+
+
+def _one_array(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
 
 
 def _merge_same_groups(plan: WritePlan) -> WritePlan:
@@ -358,11 +405,8 @@ def _bucket_groups(
         b = bucket_of_file_id(g.file_id)
         if b is not None:
             existing[b] = g.file_id
-    hash_fields = list(table.bucket_hash_fields)
-    buckets = bucket_ids(recs.column(KEY), hash_fields, table.num_buckets).to_numpy()
     out = []
-    for b in sorted(set(buckets.tolist())):
-        rows = recs.filter(pa.array(buckets == b))
+    for b, rows in _by_bucket(table, recs):
         fid = existing.get(b)
         if fid is None:
             if explicit or not pc.any(pc.invert(rows.column(DELETED))).as_py():
@@ -370,6 +414,28 @@ def _bucket_groups(
             fid = bucket_file_id_prefix(b) + "-0"
         out.append(FileGroupWrite(p, fid, _latest(view, p, fid), rows, explicit))
     return out
+
+
+def _without_deletes(recs: pa.Table) -> pa.Table:
+    """The records not flagged as deletes (the table itself, uncopied, when none is)."""
+    flags = recs.column(DELETED)
+    return recs.filter(pc.invert(flags)) if pc.any(flags).as_py() else recs
+
+
+def _by_bucket(table: HudiTable, recs: pa.Table) -> list[tuple[int, pa.Table]]:
+    """The records of each bucket (buckets ascending, records in their input order)."""
+    buckets = np.asarray(
+        bucket_ids(recs.column(KEY), list(table.bucket_hash_fields), table.num_buckets).to_numpy()
+    )
+    order = np.argsort(buckets, kind="stable")
+    grouped = recs if bool(np.all(np.diff(order) > 0)) else recs.take(pa.array(order))
+    ordered = buckets[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else ordered
+    ends = [*starts[1:].tolist(), len(ordered)]
+    return [
+        (int(ordered[s]), grouped.slice(int(s), e - int(s)))
+        for s, e in zip(starts.tolist(), ends, strict=True)
+    ]
 
 
 def _new_file_groups(
@@ -420,125 +486,152 @@ def _new_file_groups(
 # ---------------------------------------------------------------------------------- plan (MOR)
 
 
-@dataclass
-class MorFileGroup:
-    """A Merge-on-Read file group as a writer sees it: its latest file slice."""
+class LogKeyCache:
+    """Record keys of log files, by file: what the simple index of a Merge-on-Read table reads.
 
-    partition: str
-    file_id: str
-    base_file: BaseFile | None  # None: a log-only file group (bucket index)
-    log_files: list[LogFile] = field(default_factory=list)  # of the latest slice, in log order
-
-
-def mor_file_groups(
-    view: FileSystemView, files: Sequence[FileInfo], include_replaced: bool = False
-) -> dict[tuple[str, str], MorFileGroup]:
-    """The latest file slice of every file group, log-only file groups included.
-
-    Table version 8 file slicing: a log file (named by its deltacommit's requested time) belongs to
-    the slice of the largest base instant at or before the deltacommit's completion time. Only
-    files of completed (or archived) instants count.
+    Log files of table version 8 are immutable (every deltacommit writes new ones), so a log file's
+    keys are read once per process (through :mod:`inlet.core.log_reader`) and kept, keyed by the
+    file's full path and size; the writer also stores the keys of every log file it writes, so an
+    upsert never decodes the logs of earlier upserts of the same process. The least recently used
+    files are dropped beyond ``max_bytes`` of keys.
     """
-    completion = {i.time: i.completion_time or i.time for i in view.timeline.completed_writes()}
-    out: dict[tuple[str, str], MorFileGroup] = {}
-    for fg in view.groups.values():
-        out[(fg.partition, fg.file_id)] = MorFileGroup(fg.partition, fg.file_id, fg.latest)
-    logs_by_group: dict[tuple[str, str], list[LogFile]] = {}
-    for info in files:
-        lf = LogFile.parse(info.path, info.size)
-        if lf is None or lf.name.endswith(".cdc") or not _committed(view, lf.instant_time):
-            continue
-        logs_by_group.setdefault((lf.partition, lf.file_id), []).append(lf)
-    for key, group_logs in logs_by_group.items():
-        g = out.setdefault(key, MorFileGroup(key[0], key[1], None))
-        base_instant = g.base_file.instant_time if g.base_file else ""
-        g.log_files = sorted(
-            (lf for lf in group_logs if completion.get(lf.instant_time, lf.instant_time) >= base_instant),
-            key=lambda lf: (lf.instant_time, lf.version, lf.write_token),
-        )
-    if not include_replaced:
-        out = {k: g for k, g in out.items() if k not in view.replaced}
-    return out
+
+    def __init__(self, max_bytes: int = 256 << 20) -> None:
+        self.max_bytes = max_bytes
+        self._files: OrderedDict[tuple[str, int], tuple[LogFileScan, dict[int, pa.Array]]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def keys(self, storage: Storage, log_files: Sequence[LogFile], blocks: BlockFilter) -> pa.Array:
+        """Keys of the data and delete blocks of a slice's logs that count (as the reader counts
+        them: committed, not rolled back, not superseded by a log-compacted block)."""
+        entries = [self._entry(storage, lf.path, lf.size) for lf in log_files]
+        parts = [
+            entries[i][1][frame.offset]
+            for i, frame in counted_blocks([scan for scan, _ in entries], blocks)
+            if frame.offset in entries[i][1]
+        ]
+        return pa.concat_arrays(parts) if parts else pa.array([], pa.string())
+
+    def put(self, storage: Storage, path: str, data: bytes, block_keys: Sequence[pa.Array]) -> None:
+        """Remember the keys of a log file just written: ``block_keys`` per data/delete block, in order."""
+        scan = scan_frames(BytesSource(data), path)
+        frames = [f for f in scan.frames if f.block_type in _KEYED_BLOCKS]
+        if len(frames) != len(block_keys):
+            raise AssertionError(f"log file {path}: {len(frames)} blocks but {len(block_keys)} key lists")
+        keys = {f.offset: _one_array(k).cast(pa.string()) for f, k in zip(frames, block_keys, strict=True)}
+        self._store((storage.full(path), len(data)), scan, keys)
+
+    def _entry(self, storage: Storage, path: str, size: int) -> tuple[LogFileScan, dict[int, pa.Array]]:
+        cache_key = (storage.full(path), size)
+        with self._lock:
+            found = self._files.get(cache_key)
+            if found is not None:
+                self._files.move_to_end(cache_key)
+                return found
+        scan, keys = _read_log_keys(storage, path)
+        self._store(cache_key, scan, keys)
+        return scan, keys
+
+    def _store(self, cache_key: tuple[str, int], scan: LogFileScan, keys: dict[int, pa.Array]) -> None:
+        size = sum(k.nbytes for k in keys.values())
+        with self._lock:
+            old = self._files.pop(cache_key, None)
+            if old is not None:
+                self._bytes -= sum(k.nbytes for k in old[1].values())
+            self._files[cache_key] = (scan, keys)
+            self._bytes += size
+            while self._bytes > self.max_bytes and len(self._files) > 1:
+                _, (_, dropped) = self._files.popitem(last=False)
+                self._bytes -= sum(k.nbytes for k in dropped.values())
 
 
-def _committed(view: FileSystemView, instant_time: str) -> bool:
-    if instant_time in view.visible_instants:
-        return True
-    return view.archive_boundary is not None and instant_time < view.archive_boundary
+_KEYED_BLOCKS = (BlockType.AVRO_DATA, BlockType.PARQUET_DATA, BlockType.DELETE)
+LOG_KEYS = LogKeyCache()
 
 
-def _group_keys(table: HudiTable, g: MorFileGroup) -> pa.Array:
-    """Record keys in a file slice: its base file's and those of its log files' data and delete blocks."""
+def _read_log_keys(storage: Storage, path: str) -> tuple[LogFileScan, dict[int, pa.Array]]:
+    """A log file's frames, and the record keys of each data and delete block (by block offset)."""
+    src = open_source(storage, path)
+    try:
+        scan = scan_frames(src, path)
+        keys: dict[int, pa.Array] = {}
+        for frame in scan.frames:
+            if frame.block_type is BlockType.DELETE:
+                deletes = read_delete_records(src, frame, path)
+                keys[frame.offset] = pa.array([d.record_key for d in deletes], pa.string())
+            elif frame.block_type in _KEYED_BLOCKS:
+                parts = []
+                for part in iter_block_batches(src, frame, path):
+                    if isinstance(part, pa.Table):
+                        parts.append(_one_array(part.column(KEY)).cast(pa.string()))
+                    else:
+                        parts.append(pa.array([row.get(KEY) for row in part], pa.string()))
+                keys[frame.offset] = (
+                    pc.drop_null(pa.concat_arrays(parts)) if parts else pa.array([], pa.string())
+                )
+        return scan, keys
+    finally:
+        src.close()
+
+
+def slice_record_keys(table: HudiTable, view: FileSystemView, file_slice: FileSlice) -> pa.Array:
+    """Record keys in a file slice: its base file's, and those of its log files' data and delete
+    blocks (duplicates possible)."""
     parts: list[pa.Array] = []
-    if g.base_file is not None:
+    if file_slice.base_file is not None:
+        base = file_slice.base_file
         parts.append(
-            stored_record_keys(
-                table.storage, g.base_file.path, table.key_generator, table.populate_meta_fields
-            )
+            stored_record_keys(table.storage, base.path, table.key_generator, table.populate_meta_fields)
         )
-    for lf in g.log_files:
-        by_instant = logs.log_record_keys(table.storage.read_bytes(lf.path), f"log file {lf.path}")
-        parts.append(pa.array([k for keys in by_instant.values() for k in keys], pa.string()))
-    if not parts:
-        return pa.array([], pa.string())
-    return pc.unique(pa.concat_arrays([p.cast(pa.string()) for p in parts]))
+    if file_slice.log_files:
+        parts.append(LOG_KEYS.keys(table.storage, file_slice.log_files, BlockFilter(view.is_committed)))
+    return pa.concat_arrays([p.cast(pa.string()) for p in parts]) if parts else pa.array([], pa.string())
 
 
 def _locate_mor(
-    table: HudiTable, groups: dict[tuple[str, str], MorFileGroup], partition: str, recs: pa.Table
+    table: HudiTable, view: FileSystemView, slices: Sequence[FileSlice], recs: pa.Table
 ) -> dict[str, np.ndarray]:
     """Simple index of a MOR table: file id -> positions of incoming records whose keys the latest
     file slice holds (in its base file or in its log files)."""
-    stored = []
-    for (p, fid), g in sorted(groups.items()):
-        if p != partition:
-            continue
-        keys = _group_keys(table, g)
-        stored.append(pa.table({KEY: keys, "__fid": pa.array([fid] * len(keys), pa.string())}))
-    if not stored or recs.num_rows == 0:
+    if recs.num_rows == 0:
         return {}
-    locations = pa.concat_tables(stored)
-    incoming = pa.table({KEY: recs.column(KEY), "__pos": pa.array(np.arange(recs.num_rows, dtype=np.int64))})
-    joined = incoming.join(locations, keys=KEY, join_type="inner")
-    fids = np.asarray(joined.column("__fid").to_numpy(zero_copy_only=False), dtype=object)
-    pos = np.asarray(joined.column("__pos").to_numpy(), dtype=np.int64)
-    return {str(fid): np.sort(pos[fids == fid]) for fid in sorted(set(fids.tolist()))}
+    stored = ((s.file_id, slice_record_keys(table, view, s)) for s in slices)
+    return locate_keys(recs.column(KEY), stored)
 
 
 NBCC_MODE = "NON_BLOCKING_CONCURRENCY_CONTROL"
 
 
 def _mor_bucket_groups(
-    table: HudiTable,
-    p: str,
-    recs: pa.Table,
-    groups: dict[tuple[str, str], MorFileGroup],
-    explicit: bool,
+    table: HudiTable, p: str, recs: pa.Table, slices: Sequence[FileSlice], explicit: bool
 ) -> list[FileGroupWrite]:
     """Bucket index on MOR: every record goes to a log file of its bucket's file group.
 
-    A bucket without a file group gets a new, log-only one (no base file), as Apache Hudi's
-    bucket index writes MOR tables; under non-blocking concurrency control its id is the fixed
-    ``<bucket>-0000-0000-0000-000000000000-0`` so that concurrent writers agree on it.
+    No lookup: a record of a bucket whose file group exists is an update of that file group (Hudi's
+    tagged location), whether or not the key is stored there. A bucket without a file group gets a
+    new, log-only one (no base file), as Apache Hudi's bucket index writes MOR tables; under
+    non-blocking concurrency control its id is the fixed ``<bucket>-0000-0000-0000-000000000000-0``
+    so that concurrent writers agree on it.
     """
-    existing: dict[int, MorFileGroup] = {}
-    for (gp, _fid), g in groups.items():
-        b = bucket_of_file_id(g.file_id) if gp == p else None
+    existing: dict[int, FileSlice] = {}
+    for s in slices:
+        b = bucket_of_file_id(s.file_id)
         if b is not None:
-            existing[b] = g
+            existing[b] = s
     nbcc = table.props.get("hoodie.write.concurrency.mode", "").upper() == NBCC_MODE
-    buckets = bucket_ids(recs.column(KEY), list(table.bucket_hash_fields), table.num_buckets).to_numpy()
     out = []
-    for b in sorted(set(buckets.tolist())):
-        rows = recs.filter(pa.array(buckets == b))
+    for b, rows in _by_bucket(table, recs):
         current = existing.get(b)
         if current is not None:
             out.append(
                 FileGroupWrite(p, current.file_id, current.base_file, rows, explicit, log=True, tagged=True)
             )
             continue
-        rows = rows.filter(pc.invert(rows.column(DELETED)))  # nothing to delete in a new file group
-        if explicit or rows.num_rows == 0:
+        if explicit:
+            continue
+        rows = _without_deletes(rows)  # nothing to delete in a new file group
+        if rows.num_rows == 0:
             continue
         fid = nbcc_bucket_file_id(b) if nbcc else bucket_file_id_prefix(b) + "-0"
         out.append(FileGroupWrite(p, fid, None, rows, log=True))
@@ -556,58 +649,64 @@ def plan_mor_write(
     - insert / bulk_insert (simple index): new base files (small ones first for insert);
     - bucket index: every record is appended to its bucket's file group (log-only when new);
     - replace operations: new base files, replacing every file group (log-only ones included).
+
+    File groups are the latest file slices of :class:`FileSystemView` (base file and log files),
+    the same slices the readers merge.
     """
     if not table.populate_meta_fields:
         raise UnsupportedError("Merge-on-Read writes need hoodie.populate.meta.fields=true")
     op = batch.operation
-    files = list_data_files(table.storage)
-    view = FileSystemView(table.timeline, None, files)
-    groups = mor_file_groups(view, files)
+    view = table.file_system_view()
     plan = WritePlan()
     by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
 
     if op.is_replace:
         if op is WriteOperation.INSERT_OVERWRITE_TABLE:
-            targets = sorted({p for p, _ in groups})
+            targets = view.partitions()
         elif op is WriteOperation.DELETE_PARTITION:
             targets = sorted(set(partitions or []) | set(by_partition))
             if not targets:
                 raise InvalidInputError("delete_partition needs partition paths or rows naming partitions")
         else:
             targets = sorted(by_partition)
-        plan.replaced = {p: sorted(fid for gp, fid in groups if gp == p) for p in targets}
+        plan.replaced = {p: [g.file_id for g in view.file_groups(p)] for p in targets}
         if op is WriteOperation.DELETE_PARTITION:
             return plan
         for p, recs in by_partition.items():
-            rows = recs.filter(pc.invert(recs.column(DELETED)))
+            rows = _without_deletes(recs)
             if rows.num_rows:
                 plan.file_groups.extend(_new_file_groups(table, p, rows, view, options, replace=True))
         return plan
 
     explicit = op is WriteOperation.DELETE
     lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)
-    with_logs = {fid for (_, fid), g in groups.items() if g.log_files}
     if op is WriteOperation.BULK_INSERT:
         by_partition = {p: _sort_bulk(r, options) for p, r in by_partition.items()}
     for p, recs in by_partition.items():
+        slices = view.latest_file_slices(p)
         if table.index_type is IndexType.BUCKET:
-            plan.file_groups.extend(_mor_bucket_groups(table, p, recs, groups, explicit))
+            plan.file_groups.extend(_mor_bucket_groups(table, p, recs, slices, explicit))
             continue
         if lookup:
-            located = _locate_mor(table, groups, p, recs)
+            by_id = {s.file_id: s for s in slices}
             found = np.zeros(recs.num_rows, dtype=bool)
-            for fid, rows in located.items():
+            for fid, rows in _locate_mor(table, view, slices, recs).items():
                 found[rows] = True
-                g = groups[(p, fid)]
                 plan.file_groups.append(
                     FileGroupWrite(
-                        p, fid, g.base_file, recs.take(pa.array(rows)), explicit, log=True, tagged=True
+                        p,
+                        fid,
+                        by_id[fid].base_file,
+                        recs.take(pa.array(rows)),
+                        explicit,
+                        log=True,
+                        tagged=True,
                     )
                 )
             recs = recs.filter(pa.array(~found))
             if explicit:
                 continue
-        inserts = recs.filter(pc.invert(recs.column(DELETED)))
+        inserts = _without_deletes(recs)
         if inserts.num_rows:
             plan.file_groups.extend(
                 _new_file_groups(
@@ -617,7 +716,7 @@ def plan_mor_write(
                     view,
                     options,
                     small_files=op is not WriteOperation.BULK_INSERT,
-                    not_small=with_logs,
+                    not_small={s.file_id for s in slices if s.has_logs},
                 )
             )
     if op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT):
@@ -668,10 +767,18 @@ class WriteContext:
     compression: str = "snappy"
     data_block_format: logs.DataBlockFormat = logs.DataBlockFormat.AVRO
     table_merge_mode: MergeMode | None = None  # the table's mode (merge_mode is per operation)
+    # keep the keys of written log files for the next simple-index lookup (see LogKeyCache)
+    cache_log_keys: bool = True
 
 
 def _meta(n: int, value: str) -> pa.Array:
-    return pa.array([value] * n, pa.string()) if n else pa.array([], pa.string())
+    return pa.repeat(pa.scalar(value, pa.string()), n)
+
+
+def _seqnos(instant_time: str, task_id: int, n: int) -> pa.Array:
+    """``_hoodie_commit_seqno`` of ``n`` new records: ``<instant>_<task>_<i>``."""
+    numbers = pa.array(np.arange(n, dtype=np.int64)).cast(pa.string())
+    return pc.binary_join_element_wise(f"{instant_time}_{task_id}_", numbers, "")
 
 
 def _meta_columns(ctx: WriteContext, fresh: pa.Table, seq: pa.Array, name: str) -> list[pa.Array]:
@@ -711,11 +818,9 @@ def write_file_group(
         replaced_rows = np.zeros(existing.num_rows, dtype=bool)
         if not fg.concat:
             # merge every stored record with the incoming record of its key (incoming keys are
-            # unique here: upserts and deletes are deduplicated); a key stored twice is merged twice
-            inc_pos = {k: i for i, k in enumerate(incoming.column(KEY).to_pylist())}
-            ex_match = np.array(
-                [inc_pos.get(k, -1) for k in existing.column(KEY).to_pylist()], dtype=np.int64
-            )
+            # unique here: upserts and deletes are deduplicated; were one given twice, its last
+            # record would count); a key stored twice is merged twice
+            ex_match = _last_position(existing.column(KEY), incoming.column(KEY))
             ex_idx = np.nonzero(ex_match >= 0)[0]
             win = np.ones(len(ex_idx), dtype=bool)
             if len(ex_idx) and not fg.explicit_deletes and ctx.ordering_field:
@@ -735,7 +840,7 @@ def write_file_group(
     fresh = pa.concat_tables([incoming.take(pa.array(updates)), incoming.filter(pa.array(write_new))])
 
     n = fresh.num_rows
-    seq = pa.array([f"{ctx.instant_time}_{task_id}_{i}" for i in range(n)], pa.string())
+    seq = _seqnos(ctx.instant_time, task_id, n)
     if n:
         fresh_meta = pa.Table.from_arrays(
             _meta_columns(ctx, fresh, seq, name) + [fresh.column(f.name) for f in ctx.schema],
@@ -782,6 +887,16 @@ def write_file_group(
     )
 
 
+def _last_position(stored: pa.ChunkedArray, incoming: pa.ChunkedArray) -> np.ndarray:
+    """For each stored key, the position of its last occurrence among the incoming keys (-1: none)."""
+    n = len(incoming)
+    if n == 0:
+        return np.full(len(stored), -1, dtype=np.int64)
+    backwards = _one_array(incoming).take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64)))
+    found = pc.index_in(stored, value_set=backwards)  # first match from the end = last occurrence
+    return np.asarray(pc.subtract(n - 1, found).fill_null(-1).to_numpy(), dtype=np.int64)
+
+
 def write_log_group(
     storage: Storage, ctx: WriteContext, fg: FileGroupWrite, task_id: int, attempt: int = 0
 ) -> WriteStat:
@@ -799,15 +914,15 @@ def write_log_group(
     rel = posixpath.join(fg.partition, name) if fg.partition else name
     schema_json = _avro_with_meta(ctx.avro_schema)
     incoming = fg.records
-    deleted = np.asarray(incoming.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
-    upserts = incoming.filter(pa.array(~deleted))
-    removals = incoming.filter(pa.array(deleted))
+    upserts = _without_deletes(incoming)
+    removals = incoming.filter(incoming.column(DELETED)) if upserts is not incoming else incoming.slice(0, 0)
 
     blocks: list[bytes] = []
+    block_keys: list[pa.ChunkedArray] = []
     n = upserts.num_rows
     if n:
         full_schema = pa.schema(list(meta_schema()) + list(ctx.schema))
-        seq = pa.array([f"{ctx.instant_time}_{task_id}_{i}" for i in range(n)], pa.string())
+        seq = _seqnos(ctx.instant_time, task_id, n)
         meta = [_meta(n, ctx.instant_time), seq, upserts.column(KEY), upserts.column(PARTITION)]
         records = pa.Table.from_arrays(
             [*meta, _meta(n, fg.file_id)] + [upserts.column(f.name) for f in ctx.schema], schema=full_schema
@@ -815,6 +930,7 @@ def write_log_group(
         blocks.append(
             logs.data_block(records, ctx.instant_time, schema_json, ctx.data_block_format, ctx.compression)
         )
+        block_keys.append(upserts.column(KEY))
     if removals.num_rows:
         ordering = ctx.ordering_field
         typed = (
@@ -823,18 +939,18 @@ def write_log_group(
             and ordering is not None
             and ordering in removals.column_names
         )
-        values = removals.column(ordering).to_pylist() if typed and ordering else [None] * removals.num_rows
-        deletes = [
-            DeleteRecord(k, p, v)
-            for k, p, v in zip(
-                removals.column(KEY).to_pylist(), removals.column(PARTITION).to_pylist(), values, strict=True
+        values = removals.column(ordering) if typed and ordering else None
+        blocks.append(
+            logs.delete_block_columns(
+                removals.column(KEY), removals.column(PARTITION), values, ctx.instant_time, schema_json
             )
-        ]
-        ordering_type = removals.schema.field(ordering).type if typed and ordering else None
-        blocks.append(logs.delete_block(deletes, ctx.instant_time, schema_json, ordering_type))
+        )
+        block_keys.append(removals.column(KEY))
 
     markers.create_marker(storage, ctx.instant_time, fg.partition, name, "APPEND")
     size = logs.write_log_file(storage, rel, blocks)
+    if ctx.cache_log_keys:
+        LOG_KEYS.put(storage, rel, b"".join(blocks), block_keys)
     elapsed = int((time.monotonic() - started) * 1000)
     return WriteStat(
         file_id=fg.file_id,
@@ -976,6 +1092,7 @@ def write_table(
             compression=WriteConfig.PARQUET_COMPRESSION.require(options),
             data_block_format=logs.DATA_BLOCK_FORMAT.require(options),
             table_merge_mode=table.merge_mode,
+            cache_log_keys=table.index_type is not IndexType.BUCKET,
         )
         for p in sorted({g.partition for g in plan.file_groups}):
             ensure_partition_metadata(table.storage, p, instant.time)
