@@ -245,25 +245,8 @@ def plan_write(
     view = table.file_system_view()
     plan = WritePlan()
     by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
-
     if op.is_replace:
-        if op is WriteOperation.INSERT_OVERWRITE_TABLE:
-            targets = view.partitions()
-        elif op is WriteOperation.DELETE_PARTITION:
-            targets = sorted(set(partitions or []) | set(by_partition))
-            if not targets:
-                raise InvalidInputError("delete_partition needs partition paths or rows naming partitions")
-        else:
-            targets = sorted(by_partition)
-        plan.replaced = {p: [g.file_id for g in view.file_groups(p)] for p in targets}
-        if op is WriteOperation.DELETE_PARTITION:
-            return plan
-        for p, recs in by_partition.items():
-            # the partition is replaced even if all its incoming records are deletes
-            rows = _without_deletes(recs)
-            if rows.num_rows:
-                plan.file_groups.extend(_new_file_groups(table, p, rows, view, options, replace=True))
-        return plan
+        return _plan_replace(table, view, op, by_partition, options, partitions)
 
     explicit = op is WriteOperation.DELETE
     lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)
@@ -359,6 +342,35 @@ def locate_keys(
 
 def _one_array(values: pa.ChunkedArray | pa.Array) -> pa.Array:
     return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _plan_replace(
+    table: HudiTable,
+    view: FileSystemView,
+    op: WriteOperation,
+    by_partition: dict[str, pa.Table],
+    options: dict[str, str],
+    partitions: Sequence[str] | None,
+) -> WritePlan:
+    """Replace operations (both table types): every file group of the target partitions is
+    replaced; the incoming rows go to new base files."""
+    if op is WriteOperation.INSERT_OVERWRITE_TABLE:
+        targets = view.partitions()
+    elif op is WriteOperation.DELETE_PARTITION:
+        targets = sorted(set(partitions or []) | set(by_partition))
+        if not targets:
+            raise InvalidInputError("delete_partition needs partition paths or rows naming partitions")
+    else:
+        targets = sorted(by_partition)
+    plan = WritePlan(replaced={p: [g.file_id for g in view.file_groups(p)] for p in targets})
+    if op is WriteOperation.DELETE_PARTITION:
+        return plan
+    for p, recs in by_partition.items():
+        # the partition is replaced even if all its incoming records are deletes
+        rows = _without_deletes(recs)
+        if rows.num_rows:
+            plan.file_groups.extend(_new_file_groups(table, p, rows, view, options, replace=True))
+    return plan
 
 
 def _merge_same_groups(plan: WritePlan) -> WritePlan:
@@ -659,24 +671,8 @@ def plan_mor_write(
     view = table.file_system_view()
     plan = WritePlan()
     by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
-
     if op.is_replace:
-        if op is WriteOperation.INSERT_OVERWRITE_TABLE:
-            targets = view.partitions()
-        elif op is WriteOperation.DELETE_PARTITION:
-            targets = sorted(set(partitions or []) | set(by_partition))
-            if not targets:
-                raise InvalidInputError("delete_partition needs partition paths or rows naming partitions")
-        else:
-            targets = sorted(by_partition)
-        plan.replaced = {p: [g.file_id for g in view.file_groups(p)] for p in targets}
-        if op is WriteOperation.DELETE_PARTITION:
-            return plan
-        for p, recs in by_partition.items():
-            rows = _without_deletes(recs)
-            if rows.num_rows:
-                plan.file_groups.extend(_new_file_groups(table, p, rows, view, options, replace=True))
-        return plan
+        return _plan_replace(table, view, op, by_partition, options, partitions)
 
     explicit = op is WriteOperation.DELETE
     lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)
