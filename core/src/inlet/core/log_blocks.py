@@ -57,16 +57,11 @@ class DeleteRecord:
     ordering_value: Any = None  # None = Hudi's default ordering value (the delete always wins)
 
 
-@dataclass
-class LogBlock:
-    """A decoded log block."""
+class BlockHeaderView:
+    """Header accessors shared by decoded blocks and the reader's block frames."""
 
     block_type: BlockType
-    header: dict[HeaderKey, str] = field(default_factory=dict)
-    footer: dict[HeaderKey, str] = field(default_factory=dict)
-    records: pa.Table | None = None  # data blocks: records with the _hoodie_* meta columns
-    deletes: list[DeleteRecord] | None = None  # delete blocks
-    offset: int = 0  # byte offset of the block's magic in its file
+    header: dict[HeaderKey, str]
 
     @property
     def instant_time(self) -> str:
@@ -81,3 +76,15 @@ class LogBlock:
         return self.block_type is BlockType.COMMAND and self.header.get(HeaderKey.COMMAND_BLOCK_TYPE) == str(
             int(CommandType.ROLLBACK)
         )
+
+
+@dataclass
+class LogBlock(BlockHeaderView):
+    """A decoded log block."""
+
+    block_type: BlockType
+    header: dict[HeaderKey, str] = field(default_factory=dict)
+    footer: dict[HeaderKey, str] = field(default_factory=dict)
+    records: pa.Table | None = None  # data blocks: records with the _hoodie_* meta columns
+    deletes: list[DeleteRecord] | None = None  # delete blocks
+    offset: int = 0  # byte offset of the block's magic in its file

@@ -46,8 +46,8 @@ from inlet.core.log_blocks import (
     DATA_BLOCK_VERSION,
     LOG_FORMAT_VERSION,
     MAGIC,
+    BlockHeaderView,
     BlockType,
-    CommandType,
     DeleteRecord,
     HeaderKey,
     LogBlock,
@@ -137,7 +137,7 @@ class FileSource:
 
 
 @dataclass(frozen=True)
-class BlockFrame:
+class BlockFrame(BlockHeaderView):
     """Where one block lies in its file, and its header and footer (content not decoded)."""
 
     offset: int  # byte offset of the block's magic
@@ -147,20 +147,6 @@ class BlockFrame:
     footer: dict[HeaderKey, str]
     content_offset: int
     content_length: int
-
-    @property
-    def instant_time(self) -> str:
-        return self.header.get(HeaderKey.INSTANT_TIME, "")
-
-    @property
-    def target_instant_time(self) -> str | None:
-        return self.header.get(HeaderKey.TARGET_INSTANT_TIME)
-
-    @property
-    def is_rollback(self) -> bool:
-        return self.block_type is BlockType.COMMAND and self.header.get(HeaderKey.COMMAND_BLOCK_TYPE) == str(
-            int(CommandType.ROLLBACK)
-        )
 
     @property
     def is_data(self) -> bool:
