@@ -9,7 +9,7 @@ LINT_PATHS := core proto services tests $(wildcard benchmarks)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: install demo test check bench clean
+.PHONY: install demo test check bench clean proto
 
 # Bootstrap uv into a private tools venv (works where the system pip is externally managed),
 # then install the whole workspace from the lock file into .venv.
@@ -32,6 +32,13 @@ check: install
 	$(VENV)/bin/mypy core/src/inlet/core
 	$(VENV)/bin/mypy services/src/inlet/services
 	$(VENV)/bin/python tests/check_layering.py
+	$(VENV)/bin/python proto/generate.py --check
+	$(VENV)/bin/buf lint proto
+	proto/check_breaking.sh
+
+# Regenerate the committed protobuf/gRPC stubs after editing proto/src/**/*.proto.
+proto: install
+	$(VENV)/bin/python proto/generate.py
 
 test: install check
 	$(VENV)/bin/python -m pytest -q tests
