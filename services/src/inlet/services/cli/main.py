@@ -19,6 +19,7 @@ import pyarrow as pa
 from inlet.core import InletError
 from inlet.services import logs
 from inlet.services.cli import commands
+from inlet.services.cli.coordinator import add_coordinator_commands
 from inlet.services.cli.dataio import INPUT_FORMATS
 from inlet.services.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
 from inlet.services.cli.options import (
@@ -534,6 +535,7 @@ def build_parser() -> ArgumentParser:
     _add_timeline(subparsers)
     _add_rollback(subparsers)
     _add_compaction(subparsers)
+    add_coordinator_commands(subparsers)
     return parser
 
 

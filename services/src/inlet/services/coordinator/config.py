@@ -1,0 +1,258 @@
+"""The coordinator's settings: one dataclass, each field from a flag or an ``INLET_COORDINATOR_*`` variable.
+
+:data:`SETTINGS` describes every setting once (flag, environment variable, type, help); the CLI
+builds its parser from it and :meth:`CoordinatorConfig.from_env` reads the variables alone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+ENV_PREFIX = "INLET_COORDINATOR_"
+DEFAULT_LISTEN = "127.0.0.1:50551"
+DEFAULT_HEARTBEAT_TIMEOUT_MS = 60_000
+DEFAULT_LOCK_LEASE_MS = 30_000
+DEFAULT_JANITOR_INTERVAL_MS = 5_000
+DEFAULT_TOPIC = "inlet.commits"
+
+
+class ConfigError(ValueError):
+    """A coordinator setting is missing, malformed or inconsistent with another one."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its dataclass field, command-line flag, environment variable and help."""
+
+    name: str
+    flag: str
+    help: str
+    kind: str = "str"  # str | int | bool | list
+    metavar: str | None = None
+    env_name: str | None = None  # default: the field name in upper case
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + (self.env_name or self.name.upper())
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "listen",
+        "--listen",
+        f"address to serve on, HOST:PORT (default {DEFAULT_LISTEN})",
+        metavar="HOST:PORT",
+    ),
+    Setting(
+        "database_url",
+        "--database-url",
+        "PostgreSQL URL of the coordinator's state, e.g. postgresql://inlet@db:5432/inlet (required)",
+        metavar="URL",
+    ),
+    Setting(
+        "kafka_bootstrap",
+        "--kafka-bootstrap",
+        "Kafka bootstrap servers for commit events; empty: events stay in the outbox",
+        metavar="HOST:PORT",
+    ),
+    Setting(
+        "lake_roots",
+        "--lake-root",
+        "directory (or URI) under which registered tables must live (repeatable; the variable takes "
+        "a comma-separated list; at least one is required)",
+        kind="list",
+        metavar="PATH",
+        env_name="LAKE_ROOT",
+    ),
+    Setting("tls_cert", "--tls-cert", "PEM certificate chain of the server", metavar="FILE"),
+    Setting("tls_key", "--tls-key", "PEM private key of the server", metavar="FILE"),
+    Setting(
+        "tokens_file",
+        "--tokens",
+        'JSON file of bearer tokens: {"tokens": [{"token": "...", "tables": ["sales.*"]}]}',
+        metavar="FILE",
+        env_name="TOKENS",
+    ),
+    Setting(
+        "insecure",
+        "--insecure",
+        "serve plaintext without TLS (tokens only if --tokens is given); refused unless the listen "
+        "address is loopback",
+        kind="bool",
+    ),
+    Setting(
+        "heartbeat_timeout_ms",
+        "--heartbeat-timeout-ms",
+        f"default time after a writer's last heartbeat when its instant may be rolled back "
+        f"(default {DEFAULT_HEARTBEAT_TIMEOUT_MS})",
+        kind="int",
+        metavar="N",
+    ),
+    Setting(
+        "lock_lease_ms",
+        "--lock-lease-ms",
+        f"default lease of a table lock (default {DEFAULT_LOCK_LEASE_MS})",
+        kind="int",
+        metavar="N",
+    ),
+    Setting(
+        "janitor_interval_ms",
+        "--janitor-interval-ms",
+        f"how often expired instants and leases are looked for (default {DEFAULT_JANITOR_INTERVAL_MS})",
+        kind="int",
+        metavar="N",
+    ),
+    Setting("max_workers", "--max-workers", "gRPC worker threads (default 32)", kind="int", metavar="N"),
+    Setting(
+        "db_pool_size",
+        "--db-pool-size",
+        "PostgreSQL connections at most (default 16)",
+        kind="int",
+        metavar="N",
+    ),
+    Setting("topic", "--topic", f"Kafka topic of commit events (default {DEFAULT_TOPIC})", metavar="NAME"),
+)
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    listen: str = DEFAULT_LISTEN
+    database_url: str = ""
+    kafka_bootstrap: str = ""
+    lake_roots: tuple[str, ...] = ()
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tokens_file: str | None = None
+    insecure: bool = False
+    heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS
+    lock_lease_ms: int = DEFAULT_LOCK_LEASE_MS
+    janitor_interval_ms: int = DEFAULT_JANITOR_INTERVAL_MS
+    max_workers: int = 32
+    db_pool_size: int = 16
+    topic: str = DEFAULT_TOPIC
+    # not settable from the command line: how long a stop waits for calls in progress
+    grace_s: float = field(default=5.0, compare=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> CoordinatorConfig:
+        """Settings from ``INLET_COORDINATOR_*`` variables, then ``overrides`` (None = not given)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for s in SETTINGS:
+            raw = env.get(s.env)
+            if raw is None or raw == "":
+                continue
+            values[s.name] = parse_value(s, raw, source=s.env)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "lake_roots" in values:
+            values["lake_roots"] = tuple(values["lake_roots"])
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ConfigError(f"unknown coordinator setting(s): {', '.join(sorted(unknown))}")
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> CoordinatorConfig:
+        return replace(self, **changes)
+
+    @property
+    def listen_host(self) -> str:
+        return split_host_port(self.listen)[0]
+
+    @property
+    def listen_port(self) -> int:
+        return split_host_port(self.listen)[1]
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` naming the first problem."""
+        host, _port = split_host_port(self.listen)
+        if not self.database_url:
+            raise ConfigError(f"a database URL is required (--database-url or {ENV_PREFIX}DATABASE_URL)")
+        if not self.lake_roots:
+            raise ConfigError(f"at least one lake root is required (--lake-root or {ENV_PREFIX}LAKE_ROOT)")
+        for name in (
+            "heartbeat_timeout_ms",
+            "lock_lease_ms",
+            "janitor_interval_ms",
+            "max_workers",
+            "db_pool_size",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("--tls-cert and --tls-key go together: give both or neither")
+        for path in (self.tls_cert, self.tls_key, self.tokens_file):
+            if path and not os.path.isfile(path):
+                raise ConfigError(f"file not found: {path}")
+        if self.insecure:
+            if self.tls_cert:
+                raise ConfigError(
+                    "--insecure serves plaintext; it cannot be combined with --tls-cert/--tls-key"
+                )
+            if not is_loopback(host):
+                raise ConfigError(
+                    f"--insecure is refused on {self.listen}: plaintext is allowed only on a loopback "
+                    "address (127.0.0.1, ::1, localhost); use --tls-cert/--tls-key and --tokens"
+                )
+        else:
+            if not self.tls_cert:
+                raise ConfigError(
+                    "TLS is required: give --tls-cert and --tls-key (or --insecure on loopback)"
+                )
+            if not self.tokens_file:
+                raise ConfigError(
+                    "token authentication is required: give --tokens (or --insecure on loopback)"
+                )
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port); raises :class:`ConfigError`."""
+    text = address.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            raise ConfigError(f"invalid listen address {address!r}: expected [IPv6]:PORT")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host:
+            raise ConfigError(f"invalid listen address {address!r}: expected HOST:PORT")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"invalid port in listen address {address!r}") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"invalid port in listen address {address!r}: {port}")
+    return host, port
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_value(setting: Setting, raw: str, source: str) -> Any:
+    """A setting's value from its text form (environment variable)."""
+    if setting.kind == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{source}: not an integer: {raw!r}") from None
+    if setting.kind == "bool":
+        value = raw.strip().lower()
+        if value in ("1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{source}: not a boolean: {raw!r} (use true or false)")
+    if setting.kind == "list":
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+    return raw

@@ -1,0 +1,538 @@
+"""The coordinator's state in PostgreSQL (psycopg 3 + psycopg_pool).
+
+Tables (created or migrated at startup, versions recorded in ``schema_version``):
+
+- ``coordinator_tables``: registered tables with their settings, the last instant time issued,
+  the last outbox sequence and the last fencing token. Its row is the per-table lock: every
+  operation that issues a time, completes an instant or grants a lease holds
+  ``SELECT ... FOR UPDATE`` on it for its transaction, so coordinator replicas serialise there.
+- ``instants``: every instant issued, its state, owner, request ids (idempotency), completion
+  time, planned file groups, rollback links and last heartbeat.
+- ``table_locks``: leased table locks with fencing tokens.
+- ``outbox``: one row per completed instant (the serialized ``CommitEvent``), inserted in the
+  transaction that records the completion; a publisher delivers and marks them.
+
+Times that expire (heartbeats, leases) use the database clock (``clock_timestamp()``) so that
+replicas on different machines agree.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from inlet.services.coordinator.errors import Unavailable
+from inlet.services.coordinator.events import TableInfo
+
+log = logging.getLogger("inlet.coordinator.store")
+
+PENDING_STATES = ("REQUESTED", "INFLIGHT")
+ROLLED_BACK = "ROLLED_BACK"
+COMPLETED = "COMPLETED"
+_MIGRATION_LOCK_KEY = 0x1A1E7C00  # pg_advisory_xact_lock key that serialises migrations
+
+OUTBOX_DDL = """
+CREATE TABLE IF NOT EXISTS outbox (
+  id BIGSERIAL PRIMARY KEY,
+  event_id TEXT NOT NULL UNIQUE,        -- "<table_id>/<instant_time>"
+  table_id TEXT NOT NULL,
+  sequence BIGINT NOT NULL,             -- per-table, +1 per completed instant
+  payload BYTEA NOT NULL,               -- serialized inlet.proto.events.v1.CommitEvent
+  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  published_at TIMESTAMPTZ,
+  attempts INT NOT NULL DEFAULT 0,
+  last_error TEXT
+)
+"""
+
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            """
+            CREATE TABLE IF NOT EXISTS coordinator_tables (
+              table_id TEXT PRIMARY KEY,
+              base_path TEXT NOT NULL UNIQUE,
+              table_name TEXT NOT NULL,
+              table_type TEXT NOT NULL,
+              concurrency_mode TEXT NOT NULL,
+              heartbeat_timeout_ms BIGINT NOT NULL,
+              layout_version INT NOT NULL,
+              timeline_path TEXT NOT NULL,
+              last_instant_time TEXT,
+              last_sequence BIGINT NOT NULL DEFAULT 0,
+              last_fencing_token BIGINT NOT NULL DEFAULT 0,
+              registered_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS instants (
+              table_id TEXT NOT NULL REFERENCES coordinator_tables (table_id) ON DELETE CASCADE,
+              instant_time TEXT NOT NULL,
+              action TEXT NOT NULL,
+              state TEXT NOT NULL,
+              writer_id TEXT NOT NULL DEFAULT '',
+              begin_request_id TEXT,
+              complete_request_id TEXT,
+              completion_time TEXT,
+              completed_action TEXT,
+              planned_file_groups JSONB NOT NULL DEFAULT '[]',
+              operation_type TEXT,
+              rollback_target TEXT,
+              rolled_back_by TEXT,
+              heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+              created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+              updated_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+              PRIMARY KEY (table_id, instant_time)
+            )
+            """,
+            """
+            CREATE UNIQUE INDEX IF NOT EXISTS instants_begin_request
+              ON instants (table_id, begin_request_id) WHERE begin_request_id IS NOT NULL
+            """,
+            """
+            CREATE INDEX IF NOT EXISTS instants_pending
+              ON instants (table_id) WHERE state IN ('REQUESTED', 'INFLIGHT')
+            """,
+            """
+            CREATE TABLE IF NOT EXISTS table_locks (
+              table_id TEXT PRIMARY KEY REFERENCES coordinator_tables (table_id) ON DELETE CASCADE,
+              lock_id TEXT NOT NULL,
+              owner TEXT NOT NULL,
+              fencing_token BIGINT NOT NULL,
+              acquired_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+              expires_at TIMESTAMPTZ NOT NULL
+            )
+            """,
+            OUTBOX_DDL,
+        ),
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+_AGE_MS = "(EXTRACT(EPOCH FROM clock_timestamp() - {col}) * 1000)::bigint"
+_INSTANT_COLUMNS = (
+    "table_id, instant_time, action, state, writer_id, begin_request_id, complete_request_id, "
+    "completion_time, completed_action, planned_file_groups, operation_type, rollback_target, "
+    f"rolled_back_by, {_AGE_MS.format(col='heartbeat_at')} AS heartbeat_age_ms"
+)
+
+
+@dataclass(frozen=True)
+class TableRow:
+    table_id: str
+    base_path: str
+    table_name: str
+    table_type: str
+    concurrency_mode: str  # SINGLE_WRITER | OPTIMISTIC | NON_BLOCKING
+    heartbeat_timeout_ms: int
+    layout_version: int
+    timeline_path: str
+    last_instant_time: str | None
+    last_sequence: int
+    last_fencing_token: int
+
+    @property
+    def info(self) -> TableInfo:
+        return TableInfo(self.table_id, self.table_name, self.base_path, self.table_type)
+
+
+@dataclass(frozen=True)
+class InstantRow:
+    table_id: str
+    instant_time: str
+    action: str
+    state: str  # REQUESTED | INFLIGHT | COMPLETED | ROLLED_BACK
+    writer_id: str
+    begin_request_id: str | None
+    complete_request_id: str | None
+    completion_time: str | None
+    completed_action: str | None
+    planned_file_groups: frozenset[tuple[str, str]]
+    operation_type: str | None
+    rollback_target: str | None
+    rolled_back_by: str | None
+    heartbeat_age_ms: int
+
+    @property
+    def pending(self) -> bool:
+        return self.state in PENDING_STATES
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    table_id: str
+    lock_id: str
+    owner: str
+    fencing_token: int
+    expires_at_ms: int
+    remaining_ms: int
+
+    @property
+    def expired(self) -> bool:
+        return self.remaining_ms <= 0
+
+
+def _table(row: dict[str, Any]) -> TableRow:
+    return TableRow(**{k: row[k] for k in TableRow.__dataclass_fields__})
+
+
+def _instant(row: dict[str, Any]) -> InstantRow:
+    groups = frozenset((str(p), str(f)) for p, f in (row["planned_file_groups"] or []))
+    values = {k: row[k] for k in InstantRow.__dataclass_fields__ if k != "planned_file_groups"}
+    return InstantRow(planned_file_groups=groups, **values)
+
+
+class Tx:
+    """One database transaction (see :meth:`Store.transaction`)."""
+
+    def __init__(self, cur: psycopg.Cursor[dict[str, Any]]) -> None:
+        self.cur = cur
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+        self.cur.execute(sql, params)
+        return self.cur.fetchone()
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        self.cur.execute(sql, params)
+        return self.cur.fetchall()
+
+    def now_ms(self) -> int:
+        row = self._one("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms")
+        assert row is not None
+        return int(row["ms"])
+
+    # ------------------------------------------------------------------ tables
+
+    def table(self, table_id: str, lock: bool = False) -> TableRow | None:
+        sql = "SELECT * FROM coordinator_tables WHERE table_id = %s" + (" FOR UPDATE" if lock else "")
+        row = self._one(sql, (table_id,))
+        return _table(row) if row else None
+
+    def table_by_path(self, base_path: str) -> TableRow | None:
+        row = self._one("SELECT * FROM coordinator_tables WHERE base_path = %s", (base_path,))
+        return _table(row) if row else None
+
+    def tables(self) -> list[TableRow]:
+        return [_table(r) for r in self._all("SELECT * FROM coordinator_tables ORDER BY table_id")]
+
+    def insert_table(self, row: TableRow) -> bool:
+        """Insert a table; False if its id or base path is taken (by a concurrent registration)."""
+        self.cur.execute(
+            """
+            INSERT INTO coordinator_tables (table_id, base_path, table_name, table_type, concurrency_mode,
+              heartbeat_timeout_ms, layout_version, timeline_path)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
+            """,
+            (
+                row.table_id,
+                row.base_path,
+                row.table_name,
+                row.table_type,
+                row.concurrency_mode,
+                row.heartbeat_timeout_ms,
+                row.layout_version,
+                row.timeline_path,
+            ),
+        )
+        return self.cur.rowcount == 1
+
+    def set_last_instant_time(self, table_id: str, time: str) -> None:
+        self.cur.execute(
+            """
+            UPDATE coordinator_tables SET last_instant_time = %s
+            WHERE table_id = %s AND (last_instant_time IS NULL OR last_instant_time < %s)
+            """,
+            (time, table_id, time),
+        )
+
+    def next_sequence(self, table_id: str) -> int:
+        row = self._one(
+            "UPDATE coordinator_tables SET last_sequence = last_sequence + 1 WHERE table_id = %s "
+            "RETURNING last_sequence",
+            (table_id,),
+        )
+        assert row is not None
+        return int(row["last_sequence"])
+
+    # ------------------------------------------------------------------ instants
+
+    def instant(self, table_id: str, time: str, lock: bool = False) -> InstantRow | None:
+        sql = f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND instant_time = %s"
+        row = self._one(sql + (" FOR UPDATE" if lock else ""), (table_id, time))
+        return _instant(row) if row else None
+
+    def instant_by_begin_request(self, table_id: str, request_id: str) -> InstantRow | None:
+        row = self._one(
+            f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND begin_request_id = %s",
+            (table_id, request_id),
+        )
+        return _instant(row) if row else None
+
+    def pending_instants(self, table_id: str) -> list[InstantRow]:
+        rows = self._all(
+            f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND state = ANY(%s) ORDER BY instant_time",
+            (table_id, list(PENDING_STATES)),
+        )
+        return [_instant(r) for r in rows]
+
+    def instants(self, table_id: str) -> list[InstantRow]:
+        rows = self._all(
+            f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s ORDER BY instant_time", (table_id,)
+        )
+        return [_instant(r) for r in rows]
+
+    def insert_instant(
+        self,
+        table_id: str,
+        time: str,
+        action: str,
+        state: str,
+        writer_id: str = "",
+        begin_request_id: str | None = None,
+        rollback_target: str | None = None,
+    ) -> None:
+        self.cur.execute(
+            """
+            INSERT INTO instants (table_id, instant_time, action, state, writer_id, begin_request_id,
+              rollback_target)
+            VALUES (%s, %s, %s, %s, %s, %s, %s)
+            """,
+            (table_id, time, action, state, writer_id, begin_request_id, rollback_target),
+        )
+
+    def set_inflight(
+        self, table_id: str, time: str, planned: set[tuple[str, str]] | None, operation_type: str | None
+    ) -> None:
+        self.cur.execute(
+            """
+            UPDATE instants SET state = 'INFLIGHT', heartbeat_at = clock_timestamp(), updated_at = clock_timestamp(),
+              planned_file_groups = COALESCE(%s::jsonb, planned_file_groups),
+              operation_type = COALESCE(%s, operation_type)
+            WHERE table_id = %s AND instant_time = %s
+            """,
+            (
+                json.dumps(sorted([p, f] for p, f in planned)) if planned is not None else None,
+                operation_type,
+                table_id,
+                time,
+            ),
+        )
+
+    def set_completed(
+        self,
+        table_id: str,
+        time: str,
+        completion_time: str,
+        completed_action: str,
+        request_id: str | None,
+        operation_type: str | None,
+    ) -> None:
+        self.cur.execute(
+            """
+            UPDATE instants SET state = 'COMPLETED', completion_time = %s, completed_action = %s,
+              complete_request_id = COALESCE(%s, complete_request_id),
+              operation_type = COALESCE(%s, operation_type), updated_at = clock_timestamp()
+            WHERE table_id = %s AND instant_time = %s
+            """,
+            (completion_time, completed_action, request_id, operation_type, table_id, time),
+        )
+
+    def set_rolled_back(self, table_id: str, time: str, by: str | None) -> None:
+        self.cur.execute(
+            """
+            UPDATE instants SET state = 'ROLLED_BACK', rolled_back_by = COALESCE(%s, rolled_back_by),
+              updated_at = clock_timestamp()
+            WHERE table_id = %s AND instant_time = %s AND state <> 'COMPLETED'
+            """,
+            (by, table_id, time),
+        )
+
+    def set_rolling_back(self, table_id: str, time: str, by: str) -> None:
+        self.cur.execute(
+            "UPDATE instants SET rolled_back_by = %s, updated_at = clock_timestamp() "
+            "WHERE table_id = %s AND instant_time = %s",
+            (by, table_id, time),
+        )
+
+    def claim(self, table_id: str, time: str, writer_id: str) -> None:
+        """Make ``writer_id`` the owner of an instant and refresh its heartbeat (a takeover)."""
+        self.cur.execute(
+            "UPDATE instants SET writer_id = %s, heartbeat_at = clock_timestamp() "
+            "WHERE table_id = %s AND instant_time = %s",
+            (writer_id, table_id, time),
+        )
+
+    def heartbeat(self, table_id: str, time: str) -> bool:
+        """Refresh the heartbeat of a pending instant that is not being rolled back."""
+        self.cur.execute(
+            """
+            UPDATE instants SET heartbeat_at = clock_timestamp()
+            WHERE table_id = %s AND instant_time = %s AND state IN ('REQUESTED', 'INFLIGHT')
+              AND rolled_back_by IS NULL
+            """,
+            (table_id, time),
+        )
+        return self.cur.rowcount == 1
+
+    def expired_instants(self, write_actions: Sequence[str], rollback_action: str) -> list[tuple[str, str]]:
+        """(table id, instant time) of pending writes not being rolled back, and pending rollbacks,
+        whose heartbeat timeout has passed."""
+        rows = self._all(
+            """
+            SELECT i.table_id, i.instant_time FROM instants i JOIN coordinator_tables t USING (table_id)
+            WHERE i.state IN ('REQUESTED', 'INFLIGHT')
+              AND (i.action = %s OR (i.action = ANY(%s) AND i.rolled_back_by IS NULL))
+              AND i.heartbeat_at + t.heartbeat_timeout_ms * interval '1 millisecond' < clock_timestamp()
+            ORDER BY i.table_id, i.instant_time
+            """,
+            (rollback_action, list(write_actions)),
+        )
+        return [(r["table_id"], r["instant_time"]) for r in rows]
+
+    def prune_instants(self, older_than_ms: int) -> int:
+        """Forget completed and rolled-back instants last changed more than ``older_than_ms`` ago
+        (their idempotency records; the timeline keeps the instants themselves)."""
+        self.cur.execute(
+            """
+            DELETE FROM instants WHERE state IN ('COMPLETED', 'ROLLED_BACK')
+              AND updated_at < clock_timestamp() - %s * interval '1 millisecond'
+            """,
+            (older_than_ms,),
+        )
+        return self.cur.rowcount
+
+    # ------------------------------------------------------------------ outbox
+
+    def insert_outbox(self, event_id: str, table_id: str, sequence: int, payload: bytes) -> bool:
+        self.cur.execute(
+            "INSERT INTO outbox (event_id, table_id, sequence, payload) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (event_id) DO NOTHING",
+            (event_id, table_id, sequence, payload),
+        )
+        return self.cur.rowcount == 1
+
+    def has_outbox(self, event_id: str) -> bool:
+        return self._one("SELECT 1 AS x FROM outbox WHERE event_id = %s", (event_id,)) is not None
+
+    # ------------------------------------------------------------------ leases
+
+    def lease(self, table_id: str) -> LeaseRow | None:
+        row = self._one(
+            f"""
+            SELECT table_id, lock_id, owner, fencing_token,
+              (EXTRACT(EPOCH FROM expires_at) * 1000)::bigint AS expires_at_ms,
+              -{_AGE_MS.format(col="expires_at")} AS remaining_ms
+            FROM table_locks WHERE table_id = %s
+            """,
+            (table_id,),
+        )
+        return LeaseRow(**row) if row else None
+
+    def grant_lease(self, table_id: str, lock_id: str, owner: str, lease_ms: int) -> None:
+        token_row = self._one(
+            "UPDATE coordinator_tables SET last_fencing_token = last_fencing_token + 1 WHERE table_id = %s "
+            "RETURNING last_fencing_token",
+            (table_id,),
+        )
+        assert token_row is not None
+        self.cur.execute(
+            """
+            INSERT INTO table_locks (table_id, lock_id, owner, fencing_token, expires_at)
+            VALUES (%s, %s, %s, %s, clock_timestamp() + %s * interval '1 millisecond')
+            ON CONFLICT (table_id) DO UPDATE SET lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
+              fencing_token = EXCLUDED.fencing_token, acquired_at = clock_timestamp(),
+              expires_at = EXCLUDED.expires_at
+            """,
+            (table_id, lock_id, owner, token_row["last_fencing_token"], lease_ms),
+        )
+
+    def extend_lease(self, table_id: str, lock_id: str, lease_ms: int) -> None:
+        self.cur.execute(
+            "UPDATE table_locks SET expires_at = clock_timestamp() + %s * interval '1 millisecond' "
+            "WHERE table_id = %s AND lock_id = %s",
+            (lease_ms, table_id, lock_id),
+        )
+
+    def delete_lease(self, table_id: str, lock_id: str) -> bool:
+        self.cur.execute("DELETE FROM table_locks WHERE table_id = %s AND lock_id = %s", (table_id, lock_id))
+        return self.cur.rowcount == 1
+
+    def delete_expired_leases(self) -> list[tuple[str, str]]:
+        rows = self._all(
+            "DELETE FROM table_locks WHERE expires_at < clock_timestamp() RETURNING table_id, owner"
+        )
+        return [(r["table_id"], r["owner"]) for r in rows]
+
+
+class Store:
+    """A connection pool and the schema; work happens in :meth:`transaction` blocks."""
+
+    def __init__(self, dsn: str, pool_size: int = 16, timeout_s: float = 30.0) -> None:
+        self.dsn = dsn
+        self.pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max(1, pool_size),
+            timeout=timeout_s,
+            kwargs={"autocommit": True, "application_name": "inlet-coordinator"},
+            open=False,
+            name="inlet-coordinator",
+        )
+
+    def open(self, wait_s: float = 30.0) -> Store:
+        try:
+            self.pool.open(wait=True, timeout=wait_s)
+        except PoolTimeout as e:
+            self.pool.close()
+            raise Unavailable(f"cannot connect to the coordinator database: {e}") from e
+        return self
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        """A transaction: committed when the block ends, rolled back if it raises.
+
+        A database that cannot be reached raises :class:`Unavailable` (clients retry).
+        """
+        try:
+            with self.pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                yield Tx(cur)
+        except PoolTimeout as e:
+            raise Unavailable(f"the coordinator database is unavailable (no connection): {e}") from e
+        except psycopg.OperationalError as e:
+            raise Unavailable(f"the coordinator database is unavailable: {e}") from e
+
+    def migrate(self) -> int:
+        """Create or upgrade the schema; returns the schema version. Safe to run on every replica."""
+        with self.transaction() as tx:
+            tx.cur.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+            tx.cur.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version (version INT PRIMARY KEY, "
+                "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            row = tx._one("SELECT COALESCE(MAX(version), 0) AS v FROM schema_version")
+            current = int(row["v"]) if row else 0
+            if current > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"the coordinator database has schema version {current}, newer than this coordinator's "
+                    f"{SCHEMA_VERSION}; upgrade the coordinator"
+                )
+            for version, statements in MIGRATIONS:
+                if version <= current:
+                    continue
+                for sql in statements:
+                    tx.cur.execute(sql)
+                tx.cur.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+                log.info("coordinator database migrated to schema version %d", version)
+        return SCHEMA_VERSION
