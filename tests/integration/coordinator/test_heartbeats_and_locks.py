@@ -205,7 +205,7 @@ def test_janitor_finishes_a_rollback_whose_writer_died(
     (path / "sf").mkdir()
     orphan = path / "sf" / f"f1-0_0-0-0_{failed}.parquet"
     orphan.write_bytes(b"half a file")
-    plan = rollback._plan(Instant(failed, "commit", State.REQUESTED), [f"sf/{orphan.name}"])
+    plan = rollback.plan_rollback(Instant(failed, "commit", State.REQUESTED), [f"sf/{orphan.name}"])
     rb = client.begin_instant("rb", "rollback", avro.encode("HoodieRollbackPlan", plan), writer_id="w")
     client.mark_inflight("rb", rb.instant.instant_time)
     # the owner may finish its own rollback while alive; the janitor waits for the heartbeat to expire

@@ -251,6 +251,14 @@ def test_rollback_of_rollback_left_requested_only_is_finished(kit: Any, trips_ta
     }
     rb = proto.begin(Action.ROLLBACK, avro.encode("HoodieRollbackPlan", plan))
     assert table.timeline.pending([Action.ROLLBACK])[0].state is State.REQUESTED
+    # just planned, no heartbeat yet: its owner may be alive, so the next writer leaves it alone
+    table.rollback_failed_writes()
+    assert [i.time for i in table.timeline.pending([Action.ROLLBACK])] == [rb.time]
+    # once its files are older than the heartbeat timeout, its owner is gone: the next write finishes it
+    stale = time.time() - 3 * heartbeat.DEFAULT_INTERVAL_MS / 1000 - 60
+    for name in _timeline_files(table):
+        if name.startswith((rb.time, victim.time)):
+            os.utime(Path(table.storage.full(table.timeline.dir)) / name, (stale, stale))
     table.write(_upsert(kit), "upsert")
     done = table.timeline.completed([Action.ROLLBACK])
     assert [i.time for i in done] == [rb.time]

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("inlet.core.rollback")
 
 
-def _files_of(table: HudiTable, instant_time: str) -> list[str]:
+def files_of(table: HudiTable, instant_time: str) -> list[str]:
+    """The data files an instant wrote: its markers plus files named after it."""
     files = set(markers.marked_files(table.storage, instant_time))
     for info in list_data_files(table.storage):
         parsed: BaseFile | LogFile | None = BaseFile.parse(info.path) or LogFile.parse(info.path)
@@ -46,7 +47,7 @@ def _files_of(table: HudiTable, instant_time: str) -> list[str]:
     return sorted(files)
 
 
-def _plan(instant: Instant, files: list[str]) -> dict[str, Any]:
+def plan_rollback(instant: Instant, files: list[str]) -> dict[str, Any]:
     """A ``HoodieRollbackPlan``: one request per file, as Apache Hudi plans table version 8 rollbacks.
 
     Base files and log files alike are listed in ``filesToBeDeleted`` with their file id and the
@@ -118,11 +119,20 @@ def read_plan(table: HudiTable, rollback_instant: Instant) -> dict[str, Any]:
     return avro.decode(table.timeline.read_bytes(requested), f"rollback plan {requested.file_name()}")
 
 
-def _finish(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) -> None:
-    if rollback_instant.state is State.REQUESTED:
-        table.commit_protocol.set_inflight(rollback_instant)
-    faults.crash_point(faults.ROLLBACK_AFTER_PLAN)
-    _execute(table, rollback_instant, plan)
+def finish_rollback(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) -> None:
+    """Carry out a planned rollback: inflight, delete the files, complete the rollback instant.
+
+    The rollback keeps a heartbeat of its own while it runs, so that another writer finishes an
+    interrupted rollback (:func:`rollback_failed_writes`) only once its owner is gone.
+    """
+    beat = heartbeat.Heartbeat(table.storage, rollback_instant.time).start()
+    try:
+        if rollback_instant.state is State.REQUESTED:
+            table.commit_protocol.set_inflight(rollback_instant)
+        faults.crash_point(faults.ROLLBACK_AFTER_PLAN)
+        _execute(table, rollback_instant, plan)
+    finally:
+        beat.stop()
 
 
 def rollback(table: HudiTable, instant: Instant) -> str:
@@ -131,8 +141,8 @@ def rollback(table: HudiTable, instant: Instant) -> str:
     Raises :class:`InletError` (deleting nothing) if the instant has completed meanwhile. If a
     rollback of the instant is already pending, that one is finished instead of starting another.
     """
-    files = _files_of(table, instant.time)
-    plan = _plan(instant, files)
+    files = files_of(table, instant.time)
+    plan = plan_rollback(instant, files)
     with table_lock(table.storage):
         tl = table.timeline
         if any(i.time == instant.time and i.is_completed for i in tl.instants):
@@ -144,7 +154,7 @@ def rollback(table: HudiTable, instant: Instant) -> str:
                 break
         else:
             rb = table.commit_protocol.begin(Action.ROLLBACK, avro.encode("HoodieRollbackPlan", plan))
-    _finish(table, rb, plan)
+    finish_rollback(table, rb, plan)
     log.info("rolled back %s %s (%d files)", instant.action, instant.time, len(files))
     return rb.time
 
@@ -160,13 +170,21 @@ def _last_written_ms(table: HudiTable, instant_time: str) -> float | None:
 
 
 def rollback_failed_writes(table: HudiTable, force: bool = False) -> list[str]:
-    """Finish interrupted rollbacks, then roll back pending writes whose writer is gone."""
-    done = []
+    """Finish interrupted rollbacks whose owner is gone, then roll back pending writes whose
+    writer is gone (all of them with ``force``)."""
+    done, busy = [], set()
     for rb in table.timeline.pending([Action.ROLLBACK]):
         plan = read_plan(table, rb)
-        _finish(table, rb, plan)
-        done.append(plan["instantToRollback"]["commitTime"])
-    rolled = set(done)
+        target = plan["instantToRollback"]["commitTime"]
+        if not force and not heartbeat.is_expired(
+            table.storage, rb.time, started_ms=_last_written_ms(table, rb.time)
+        ):
+            log.info("rollback %s of %s is under way in another process; leaving it", rb.time, target)
+            busy.add(target)  # not ours to roll back again either
+            continue
+        finish_rollback(table, rb, plan)
+        done.append(target)
+    rolled = set(done) | busy
     for inst in table.timeline.pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
         if inst.time in rolled:
             continue

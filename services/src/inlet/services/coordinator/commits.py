@@ -652,12 +652,12 @@ class Coordinator:
     ) -> tuple[str, list[str]]:
         """Core's rollback (plan, delete files, rollback instant) committed through this coordinator;
         without ``force`` the target's heartbeat must have expired (checked under the table lock)."""
-        files = rollback._files_of(hudi, instant.time)
-        plan = rollback._plan(instant, files)
+        files = rollback.files_of(hudi, instant.time)
+        plan = rollback.plan_rollback(instant, files)
         protocol = hudi.commit_protocol
         assert isinstance(protocol, DirectCommitProtocol)
         rb = protocol.begin_rollback(avro.encode("HoodieRollbackPlan", plan), force=force)
-        rollback._finish(hudi, rb, plan)
+        rollback.finish_rollback(hudi, rb, plan)
         return rb.time, files
 
     def expire(self, table_id: str, t: str) -> str | None:
@@ -685,7 +685,7 @@ class Coordinator:
         hudi = self.hudi_table(table, f"janitor@{self.id}")
         if row.action == Action.ROLLBACK:
             rb = current or Instant(t, Action.ROLLBACK, State.REQUESTED)
-            rollback._finish(hudi, rb, rollback.read_plan(hudi, rb))
+            rollback.finish_rollback(hudi, rb, rollback.read_plan(hudi, rb))
             log.warning("finished rollback %s of %s left by a dead writer", t, table_id)
             return t
         if row.action not in ROLLED_BACK_ACTIONS or row.rolled_back_by or current is None:
