@@ -46,6 +46,7 @@ from google.protobuf.message import DecodeError
 
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.coordinator import hudi_callback
+from inlet.services.coordinator.store import OUTBOX_DDL
 
 log = logging.getLogger("inlet.coordinator.outbox")
 _kafka_log = logging.getLogger("inlet.coordinator.outbox.kafka")
@@ -56,19 +57,6 @@ JSON_CONTENT_TYPE = "application/json"
 #: pg_try_advisory_lock key held by the leading publisher of a database
 PUBLISHER_LOCK_KEY = 0x1A1E0B0C
 
-OUTBOX_DDL = """
-CREATE TABLE IF NOT EXISTS outbox (
-  id BIGSERIAL PRIMARY KEY,
-  event_id TEXT NOT NULL UNIQUE,        -- "<table_id>/<instant_time>"
-  table_id TEXT NOT NULL,
-  sequence BIGINT NOT NULL,             -- per-table, +1 per completed instant
-  payload BYTEA NOT NULL,               -- serialized inlet.proto.events.v1.CommitEvent
-  created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-  published_at TIMESTAMPTZ,
-  attempts INT NOT NULL DEFAULT 0,
-  last_error TEXT
-)
-"""
 # keeps the publisher's scan cheap once most rows are published
 UNPUBLISHED_INDEX_DDL = (
     "CREATE INDEX IF NOT EXISTS outbox_unpublished ON outbox (id) WHERE published_at IS NULL"
