@@ -100,6 +100,10 @@ def _planned_metadata(groups: set[tuple[str, str]], operation: str | None, compa
     return md
 
 
+def _same_files(a: CommitMetadata, b: CommitMetadata) -> bool:
+    return {s.path for s in a.write_stats()} == {s.path for s in b.write_stats()}
+
+
 def _decode_metadata(data: bytes, what: str) -> CommitMetadata | None:
     try:
         return CommitMetadata.from_bytes(data, what)
@@ -283,7 +287,11 @@ class Coordinator:
                         raise InvalidArgument(
                             f"request id {request_id!r} was used for {done.action} {done.instant_time}"
                         )
-                    return Instant(done.instant_time, done.action, State.REQUESTED)
+                    instant = Instant(done.instant_time, done.action, State.REQUESTED)
+                    if done.state == State.REQUESTED.value:
+                        # the first call may have died between its commit and writing the file
+                        self._write_requested(table, instant, requested_content)
+                    return instant
             tl = self.timeline(table)
             self._reconcile(tx, table, tl)
             if target is not None:
@@ -302,9 +310,17 @@ class Coordinator:
                     tx.insert_instant(table_id, target, current.action if current else "commit", state)
                 tx.set_rolling_back(table_id, target, t)
             instant = Instant(t, action, State.REQUESTED)
-            self.storage(table).write_atomic(tl.path_of(instant), requested_content)
+        # written once the issue is recorded: a crash in between leaves a database row without a
+        # timeline file, which a retry of the same request writes and the janitor otherwise expires
+        # (a file without a row would be an instant the coordinator never tracks)
+        self._write_requested(table, instant, requested_content)
         log.info("began %s %s on %s for %s", action, t, table_id, writer_id or "?")
         return instant
+
+    def _write_requested(self, table: TableRow, instant: Instant, content: bytes) -> None:
+        tl = self.timeline(table)
+        if self._on_timeline(tl, instant.time) is None:
+            self.storage(table).write_atomic(tl.path_of(instant), content)
 
     @staticmethod
     def _rollback_target(content: bytes) -> str:
@@ -511,6 +527,10 @@ class Coordinator:
                 done = Instant(t, row.completed_action or row.action, State.COMPLETED, row.completion_time)
                 if metadata is None or (request_id and request_id == row.complete_request_id):
                     return Completion(done, eid)  # a retried call (or a table service finished already)
+                if row.complete_request_id is None and _same_files(tl.commit_metadata(done), metadata):
+                    # recorded from the timeline by another call after the completing call crashed:
+                    # this is that call's retry
+                    return Completion(done, eid)
                 raise FailedPrecondition(f"instant {t} has already completed at {row.completion_time}")
             if current is not None and current.is_completed:
                 # completed on the timeline but not recorded (the transaction that wrote it failed)
