@@ -10,6 +10,10 @@ return exactly the model's rows (data columns, ``_hoodie_record_key``,
 ``_hoodie_partition_path`` and ``_hoodie_commit_time``, order-insensitive), that
 ``_hoodie_commit_seqno`` is unique within each commit, and that both timelines list the model's
 commits with the right action.
+
+Writes run on an engine (``Harness(engine=...)``, :class:`EngineTable`): ``"local"`` (the default,
+``HudiTable.write``) or ``"spark"`` (``inlet.core.spark.write`` on the active SparkSession, the
+tests/spark fixture's), so the same scenarios prove either engine.
 """
 
 from __future__ import annotations
@@ -103,6 +107,58 @@ def hudi_timeline(base_path: str, version: str) -> tuple[list[str], list[str]]:
     return commits, replaces
 
 
+# ---------------------------------------------------------------------- engines
+
+ENGINES = ("local", "spark")
+
+
+def spark_engine_write(
+    table: HudiTable,
+    data: pa.Table | None,
+    operation: str,
+    options: Mapping[str, str] | None,
+    partitions: Sequence[str] | None,
+) -> CommitResult:
+    """One write through the Spark engine: the Arrow batch becomes a DataFrame, the operation and
+    options go by Apache Hudi's Spark option names."""
+    from pyspark.sql import SparkSession
+
+    from inlet.core import spark as inlet_spark
+
+    session = SparkSession.getActiveSession()
+    assert session is not None, "engine='spark' needs an active SparkSession (tests/spark's fixture)"
+    df = None if data is None else session.createDataFrame(data)
+    opts = {**(options or {}), "hoodie.datasource.write.operation": operation}
+    result = inlet_spark.write(
+        df, table.base_path, opts, partitions=partitions, commit_protocol=table.commit_protocol
+    )
+    assert result is not None
+    return result
+
+
+class EngineTable:
+    """A :class:`HudiTable` whose writes run on an engine; everything else is the table's own."""
+
+    def __init__(self, table: HudiTable, engine: str = "local") -> None:
+        assert engine in ENGINES, engine
+        self.hudi_table = table
+        self.engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.hudi_table, name)
+
+    def write(
+        self,
+        data: pa.Table | None,
+        operation: str = "upsert",
+        options: Mapping[str, str] | None = None,
+        partitions: Sequence[str] | None = None,
+    ) -> CommitResult:
+        if self.engine == "spark":
+            return spark_engine_write(self.hudi_table, data, operation, options, partitions)
+        return self.hudi_table.write(data, operation, options=dict(options or {}), partitions=partitions)
+
+
 # ---------------------------------------------------------------------- the harness
 
 
@@ -124,6 +180,7 @@ class Harness:
         schema: pa.Schema | None = None,
         time_travel: bool = True,
         name: str = "interop",
+        engine: str = "local",
     ) -> None:
         self.path = str(path)
         keys = (record_key,) if isinstance(record_key, str) else tuple(record_key)
@@ -134,19 +191,22 @@ class Harness:
             if isinstance(partition_by, str)
             else tuple(partition_by)
         )
-        self.table = HudiTable.create(
-            self.path,
-            name=name,
-            record_key=list(keys),
-            partition_by=list(parts) or None,
-            hive_style=hive_style,
-            ordering_field=ordering_field,
-            merge_mode=merge_mode,
-            index=index,
-            buckets=buckets,
-            timestamp=TimestampPartitioning("EPOCHMILLISECONDS", timestamp_format)
-            if timestamp_format
-            else None,
+        self.table: Any = EngineTable(
+            HudiTable.create(
+                self.path,
+                name=name,
+                record_key=list(keys),
+                partition_by=list(parts) or None,
+                hive_style=hive_style,
+                ordering_field=ordering_field,
+                merge_mode=merge_mode,
+                index=index,
+                buckets=buckets,
+                timestamp=TimestampPartitioning("EPOCHMILLISECONDS", timestamp_format)
+                if timestamp_format
+                else None,
+            ),
+            engine,
         )
         mode = merge_mode or ("EVENT_TIME_ORDERING" if ordering_field else "COMMIT_TIME_ORDERING")
         self.model = CowModel(

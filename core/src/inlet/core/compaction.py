@@ -46,7 +46,7 @@ import json
 import logging
 import posixpath
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +92,12 @@ from inlet.core.readers import merge_config
 from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema
 from inlet.core.storage import FileInfo, Storage
 from inlet.core.timeline import Timeline
-from inlet.core.writers import HEARTBEAT_INTERVAL_KEY, ensure_partition_metadata
+from inlet.core.writers import (
+    HEARTBEAT_INTERVAL_KEY,
+    CommittedInstants,
+    ensure_partition_metadata,
+    remove_stray_files,
+)
 
 if TYPE_CHECKING:
     from inlet.core.table import CommitResult, HudiTable
@@ -515,13 +520,16 @@ def _schema_with_meta(avro_schema: str) -> str:
 
 
 @dataclass(frozen=True)
-class _RunContext:
+class CompactionContext:
+    """What every operation of one compaction run needs (plain values: executors receive it)."""
+
     instant_time: str
     schema: pa.Schema  # meta columns + data columns
     parquet_avro_schema: str
     compression: str
     merge: MergeConfig
     blocks: BlockFilter
+    avro_schema: str = ""  # the table schema the run writes (without meta fields)
 
 
 def _log_file(storage: Storage, op: CompactionOperation, name: str) -> LogFile:
@@ -548,8 +556,27 @@ def _base_file(storage: Storage, op: CompactionOperation) -> BaseFile | None:
     return BaseFile.parse(path, info.size) or bf
 
 
+def compact_operation(
+    storage: Storage,
+    ctx: CompactionContext,
+    op: CompactionOperation,
+    task_id: int,
+    attempt: int = 0,
+    stage_id: int = 0,
+) -> WriteStat:
+    """Write the new base file of one plan operation; returns its write stat. The unit of work of
+    a compaction: an executor of a distributed engine calls it with its task's ids (the write token
+    is ``<task_id>-<stage_id>-<attempt>``, so attempts of one task write distinct files)."""
+    return _compact_operation(storage, ctx, op, task_id, attempt, stage_id)
+
+
 def _compact_operation(
-    storage: Storage, ctx: _RunContext, op: CompactionOperation, task_id: int
+    storage: Storage,
+    ctx: CompactionContext,
+    op: CompactionOperation,
+    task_id: int,
+    attempt: int = 0,
+    stage_id: int = 0,
 ) -> WriteStat:
     """Write the new base file of one operation; returns its write stat."""
     started = time.monotonic()
@@ -560,7 +587,7 @@ def _compact_operation(
     logs = [_log_file(storage, op, name) for name in op.log_files]
     base = _base_file(storage, op)
     fs = FileSlice(op.partition, op.file_id, op.base_instant, base, logs)
-    name = base_file_name(op.file_id, write_token(task_id, 0, 0), ctx.instant_time)
+    name = base_file_name(op.file_id, write_token(task_id, stage_id, attempt), ctx.instant_time)
     rel = op.path(name)
     ensure_partition_metadata(storage, op.partition, ctx.instant_time)
     markers.create_marker(storage, ctx.instant_time, op.partition, name, "MERGE" if base else "CREATE")
@@ -719,17 +746,26 @@ def _target(timeline: Timeline, instant: str | None) -> Instant | None:
     raise InstantNotFoundError(f"instant {instant} is not on the timeline")
 
 
+OperationsRunner = Callable[["HudiTable", CompactionContext, Sequence[CompactionOperation]], list[WriteStat]]
+"""Runs a plan's operations and returns their write stats (locally, or as a distributed job)."""
+
+
 def run(
     table: HudiTable,
     instant: str | None = None,
     options: Mapping[str, str] | None = None,
     force: bool = False,
+    runner: OperationsRunner | None = None,
 ) -> CommitResult | None:
     """Run a pending compaction: ``instant``, or the earliest pending one; None if there is none.
 
     An inflight compaction (a run that crashed) is rolled back first, once its heartbeat has
     expired (at once with ``force``); one whose heartbeat is alive is running elsewhere and is
     refused with :class:`CommitConflictError`.
+
+    ``runner`` executes the plan's operations (default: one after another in this process; the
+    Spark engine runs one task per operation); scheduling the run, the commit and the rollback of a
+    failed run stay here.
     """
     _check_table(table)
     opts = _options(options)
@@ -760,11 +796,47 @@ def run(
         except BaseException:
             beat.stop()
             raise
-    return _execute(table, t, plan, opts, beat)
+    return _execute(table, t, plan, opts, beat, runner or _run_locally)
+
+
+def _run_locally(
+    table: HudiTable, ctx: CompactionContext, operations: Sequence[CompactionOperation]
+) -> list[WriteStat]:
+    stats = []
+    for task_id, op in enumerate(operations):
+        stats.append(_compact_operation(table.storage, ctx, op, task_id))
+        if task_id == 0:
+            faults.crash_point(AFTER_FIRST_FILE)
+    return stats
+
+
+def compaction_context(table: HudiTable, instant_time: str, options: Mapping[str, str]) -> CompactionContext:
+    """The context of a run of compaction ``instant_time`` (the table's latest schema, merge rules,
+    and which log blocks count: those of instants completed now)."""
+    avro_schema = table.avro_schema()
+    if not avro_schema:
+        raise InletError("the table has no schema yet (no completed write); nothing to compact")
+    data_schema = from_avro_schema(avro_schema)
+    schema = pa.schema(list(meta_schema()) + [f for f in data_schema if f.name not in META_COLUMNS])
+    view = FileSystemView(table.commit_protocol.timeline(), None, [])
+    return CompactionContext(
+        instant_time=instant_time,
+        schema=schema,
+        parquet_avro_schema=_schema_with_meta(avro_schema),
+        compression=WriteConfig.PARQUET_COMPRESSION.require(options),
+        merge=merge_config(table),
+        blocks=BlockFilter(CommittedInstants.of(view)),
+        avro_schema=avro_schema,
+    )
 
 
 def _execute(
-    table: HudiTable, t: str, plan: CompactionPlan, opts: dict[str, str], beat: heartbeat.Heartbeat
+    table: HudiTable,
+    t: str,
+    plan: CompactionPlan,
+    opts: dict[str, str],
+    beat: heartbeat.Heartbeat,
+    runner: OperationsRunner,
 ) -> CommitResult:
     from inlet.core.table import CommitResult
 
@@ -773,27 +845,13 @@ def _execute(
     started = time.monotonic()
     try:
         faults.crash_point(AFTER_INFLIGHT)
-        avro_schema = table.avro_schema()
-        if not avro_schema:
-            raise InletError("the table has no schema yet (no completed write); nothing to compact")
-        data_schema = from_avro_schema(avro_schema)
-        schema = pa.schema(list(meta_schema()) + [f for f in data_schema if f.name not in META_COLUMNS])
-        view = FileSystemView(protocol.timeline(), None, [])
-        ctx = _RunContext(
-            instant_time=t,
-            schema=schema,
-            parquet_avro_schema=_schema_with_meta(avro_schema),
-            compression=WriteConfig.PARQUET_COMPRESSION.require(opts),
-            merge=merge_config(table),
-            blocks=BlockFilter(view.is_committed),
-        )
+        ctx = compaction_context(table, t, opts)
         metadata = CommitMetadata(operation_type=WriteOperation.COMPACT.value, compacted=True)
-        for task_id, op in enumerate(plan.operations):
-            metadata.add(_compact_operation(storage, ctx, op, task_id))
-            if task_id == 0:
-                faults.crash_point(AFTER_FIRST_FILE)
+        for stat in runner(table, ctx, plan.operations):
+            metadata.add(stat)
         faults.crash_point(AFTER_DATA_FILES)
-        metadata.extra_metadata = {SCHEMA_KEY: avro_schema}
+        metadata.extra_metadata = {SCHEMA_KEY: ctx.avro_schema}
+        remove_stray_files(storage, t, (s.path for s in metadata.write_stats()))
         faults.crash_point(BEFORE_COMPLETE)
         with table_lock(storage):
             check_still_pending(protocol.timeline(), _inflight(t))
@@ -892,11 +950,14 @@ def pending_compactions(table: HudiTable) -> list[str]:
 
 
 __all__ = [
+    "CompactionContext",
     "CompactionInfo",
     "CompactionOperation",
     "CompactionPlan",
     "Trigger",
     "compact",
+    "compact_operation",
+    "compaction_context",
     "compaction_trigger",
     "pending_compactions",
     "plan_compaction",

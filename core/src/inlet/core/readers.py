@@ -14,7 +14,8 @@ change are read with the current schema (new columns null, promoted types cast).
 from __future__ import annotations
 
 import decimal
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -28,7 +29,7 @@ from inlet.core.file_group_reader import (
     BlockFilter,
     MergeConfig,
     merge_columns,
-    read_merged,
+    read_file_slice,
 )
 from inlet.core.filegroups import BaseFile, FileSlice, FileSystemView
 from inlet.core.instant import normalize_instant_time
@@ -186,14 +187,52 @@ def _query_type(query_type: str) -> str:
     return qt
 
 
-def read_table(
+@dataclass(frozen=True)
+class CommittedInstants:
+    """:meth:`FileSystemView.is_committed` as plain values, so a read plan can be pickled to
+    another process (a Spark executor)."""
+
+    times: frozenset[str]
+    archive_boundary: str | None = None
+
+    @staticmethod
+    def of(view: FileSystemView) -> CommittedInstants:
+        return CommittedInstants(frozenset(view.completion_times), view.archive_boundary)
+
+    def __call__(self, instant_time: str) -> bool:
+        if instant_time in self.times:
+            return True
+        return self.archive_boundary is not None and instant_time < self.archive_boundary
+
+
+@dataclass
+class ReadPlan:
+    """What a read returns and which file slices it reads (after partition pruning).
+
+    Plain values (picklable): :func:`read_slice` reads one of ``slices`` anywhere the table's
+    storage is reachable, e.g. in a Spark task.
+    """
+
+    slices: list[FileSlice]
+    out_schema: pa.Schema  # the columns returned, in order
+    read_schema: pa.Schema  # out_schema's columns plus those the filters need
+    queryable: pa.Schema  # meta columns + data columns (what filters and columns may name)
+    filters: list[Filter]
+    merge: MergeConfig | None  # None: base files only (Copy-on-Write, read-optimized)
+    blocks: BlockFilter
+    as_of: str | None = None
+    pruned_slices: int = 0  # slices left out by partition pruning
+
+
+def plan_read(
     table: HudiTable,
     as_of: str | None = None,
     columns: Sequence[str] | None = None,
     filters: Sequence[Filter] | None = None,
     meta_columns: bool = True,
     query_type: str = "snapshot",
-) -> pa.Table:
+) -> ReadPlan:
+    """The file slices a read of ``table`` touches (partition-pruned by ``filters``) and its schemas."""
     qt = _query_type(query_type)
     as_of_t = normalize_instant_time(as_of) if as_of else None
     tl = table.timeline
@@ -218,41 +257,57 @@ def read_table(
     else:
         out_schema = full
     filters = list(filters or [])
-    expr = filter_expression(filters, queryable)
+    filter_expression(filters, queryable)  # validates the filters before any file is read
     needed = list(dict.fromkeys([*out_schema.names, *(f[0] for f in filters)]))
     read_schema = pa.schema([queryable.field(c) for c in needed])
+    kept = [fs for fs in slices if not filters or _partition_matches(table, fs.partition, filters, queryable)]
     config = merge_config(table) if merge_logs else None
-    blocks = BlockFilter(view.is_committed, as_of_t)
-    pieces = []
-    for fs in slices:
-        if filters and not _partition_matches(table, fs.partition, filters, queryable):
-            continue
-        if config is not None and fs.log_files:
-            pieces.append(_read_merged_slice(table, fs, queryable, read_schema, expr, config, blocks))
-        elif fs.base_file is not None:
-            pieces.append(_read_file(table, fs.base_file, read_schema, expr))
-    if not pieces:
-        return out_schema.empty_table()
-    result = pa.concat_tables(pieces)
-    return result.select(out_schema.names)
-
-
-def _read_merged_slice(
-    table: HudiTable,
-    fs: FileSlice,
-    queryable: pa.Schema,
-    read_schema: pa.Schema,
-    expr: ds.Expression | None,
-    config: MergeConfig,
-    blocks: BlockFilter,
-) -> pa.Table:
-    merge_schema = pa.schema(
-        [queryable.field(c) for c in merge_columns(read_schema.names, queryable, config)]
+    return ReadPlan(
+        slices=kept,
+        out_schema=out_schema,
+        read_schema=read_schema,
+        queryable=queryable,
+        filters=filters,
+        merge=config,
+        blocks=BlockFilter(CommittedInstants.of(view), as_of_t),
+        as_of=as_of_t,
+        pruned_slices=len(slices) - len(kept),
     )
-    merged = read_merged(table.storage, fs, merge_schema, config, blocks)
-    if expr is not None:
-        merged = merged.filter(expr)
-    return merged.select(read_schema.names)
+
+
+def read_slice(table: HudiTable, plan: ReadPlan, fs: FileSlice) -> Iterator[pa.Table]:
+    """The rows of one planned file slice (filtered, with ``plan.out_schema``'s columns), in pieces:
+    a base file at once, a merged slice batch by batch."""
+    expr = filter_expression(plan.filters, plan.queryable)
+    if plan.merge is not None and fs.log_files:
+        merge_schema = pa.schema(
+            [
+                plan.queryable.field(c)
+                for c in merge_columns(plan.read_schema.names, plan.queryable, plan.merge)
+            ]
+        )
+        for piece in read_file_slice(table.storage, fs, merge_schema, plan.merge, plan.blocks):
+            if expr is not None:
+                piece = piece.filter(expr)
+            if piece.num_rows:
+                yield piece.select(plan.out_schema.names)
+    elif fs.base_file is not None:
+        yield _read_file(table, fs.base_file, plan.read_schema, expr).select(plan.out_schema.names)
+
+
+def read_table(
+    table: HudiTable,
+    as_of: str | None = None,
+    columns: Sequence[str] | None = None,
+    filters: Sequence[Filter] | None = None,
+    meta_columns: bool = True,
+    query_type: str = "snapshot",
+) -> pa.Table:
+    plan = plan_read(table, as_of, columns, filters, meta_columns, query_type)
+    pieces = [piece for fs in plan.slices for piece in read_slice(table, plan, fs)]
+    if not pieces:
+        return plan.out_schema.empty_table()
+    return pa.concat_tables(pieces)
 
 
 def _read_file(table: HudiTable, bf: BaseFile, schema: pa.Schema, expr: ds.Expression | None) -> pa.Table:

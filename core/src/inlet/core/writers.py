@@ -33,7 +33,7 @@ import posixpath
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -128,63 +128,109 @@ def _as_arrow(data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch]) 
     return pa.Table.from_batches(batches)
 
 
-def prepare(table: HudiTable, data: pa.Table, op: WriteOperation, options: dict[str, str]) -> PreparedBatch:
-    data = data.drop_columns([c for c in data.column_names if c in META_COLUMNS])
-    dupes = {c for c in data.column_names if data.column_names.count(c) > 1}
+def check_input_columns(names: Sequence[str]) -> None:
+    """Refuse input with duplicate column names (meta columns already dropped)."""
+    dupes = {c for c in names if list(names).count(c) > 1}
     if dupes:
         raise SchemaError(f"duplicate column name(s) in the input: {', '.join(sorted(dupes))}")
-    kg = table.key_generator
-    current = table.schema()
-    ordering = table.ordering_field
-    if op is WriteOperation.DELETE:
-        needed = list(dict.fromkeys([*kg.record_key_fields, *kg.partition_fields]))
-        missing = [c for c in needed if c not in data.column_names]
-        if missing:
-            raise SchemaError(
-                f"delete input lacks column(s) {', '.join(missing)} (record key and partition fields)"
-            )
-        key_input = data.select(needed)
-        if current is not None:
-            key_input = cast_to(
-                key_input, pa.schema([current.field(c) for c in needed if c in current.names])
-            )
-        records = pa.table(
-            {
-                KEY: kg.record_keys(key_input),
-                PARTITION: kg.partition_paths(key_input),
-                DELETED: pa.array(np.ones(data.num_rows, dtype=bool)),
-            }
-        )
-        schema = current if current is not None else normalize_schema(key_input.schema)
-        return PreparedBatch(
-            op,
-            merging.dedupe(records, MergeMode.COMMIT_TIME_ORDERING, None),
-            schema,
-            to_avro_schema(schema, table.name),
-        )
 
-    if data.num_columns == 0:
+
+def delete_key_fields(table: HudiTable, names: Sequence[str]) -> list[str]:
+    """The columns the delete operation reads (record key and partition fields); all must be given."""
+    kg = table.key_generator
+    needed = list(dict.fromkeys([*kg.record_key_fields, *kg.partition_fields]))
+    missing = [c for c in needed if c not in names]
+    if missing:
+        raise SchemaError(
+            f"delete input lacks column(s) {', '.join(missing)} (record key and partition fields)"
+        )
+    return needed
+
+
+def delete_key_schema(table: HudiTable, key_input: pa.Schema) -> pa.Schema:
+    """The types delete keys are read as: the table's, for the columns it has (keys print the same)."""
+    current = table.schema()
+    if current is None:
+        return key_input
+    return pa.schema([current.field(f.name) if f.name in current.names else f for f in key_input])
+
+
+def write_schema(table: HudiTable, input_schema: pa.Schema) -> pa.Schema:
+    """The table's data schema after writing records of ``input_schema`` (meta columns dropped):
+    the current schema evolved by the input, or the input's own on the first write.
+
+    Raises :class:`SchemaError` for input lacking a record key, partition or ordering field, for
+    an incompatible type change and for a non-boolean ``_hoodie_is_deleted``. Decided from the
+    schemas alone, so a distributed engine decides it on its driver.
+    """
+    if len(input_schema) == 0:
         raise SchemaError("the input has no columns")
-    incoming = normalize_schema(data.schema)
+    kg = table.key_generator
+    ordering = table.ordering_field
+    incoming = normalize_schema(input_schema)
     for f in (*kg.record_key_fields, *kg.partition_fields, *([ordering] if ordering else [])):
         if f not in incoming.names:
             raise SchemaError(
                 f"required column {f!r} (record key, partition or ordering field) is missing from the input"
             )
+    current = table.schema()
     schema = evolve(current, incoming) if current is not None else incoming
     if IS_DELETED_COLUMN in schema.names and not pa.types.is_boolean(schema.field(IS_DELETED_COLUMN).type):
         raise SchemaError(f"{IS_DELETED_COLUMN} must be a boolean column")
-    rows = cast_to(data, schema)
+    return schema
+
+
+def delete_records(kg: KeyGenerator, key_input: pa.Table) -> pa.Table:
+    """Delete-operation records: ``KEY``, ``PARTITION`` and a set delete flag per input row."""
+    return pa.table(
+        {
+            KEY: kg.record_keys(key_input),
+            PARTITION: kg.partition_paths(key_input),
+            DELETED: pa.array(np.ones(key_input.num_rows, dtype=bool)),
+        }
+    )
+
+
+def keyed_records(kg: KeyGenerator, rows: pa.Table) -> pa.Table:
+    """``rows`` (already cast to the write schema) with ``KEY``, ``PARTITION`` and the delete flag
+    (``_hoodie_is_deleted``, null meaning false) appended."""
     deleted = (
         pc.fill_null(rows.column(IS_DELETED_COLUMN), False)
         if IS_DELETED_COLUMN in rows.column_names
         else pa.array(np.zeros(rows.num_rows, dtype=bool))
     )
     records = rows.append_column(KEY, kg.record_keys(rows)).append_column(PARTITION, kg.partition_paths(rows))
-    records = records.append_column(DELETED, deleted)
-    combine = WriteConfig.COMBINE_BEFORE_INSERT.get(options)
-    if op in (WriteOperation.UPSERT,) or combine:
-        records = merging.dedupe(records, table.merge_mode, ordering)
+    return records.append_column(DELETED, deleted)
+
+
+def combines(op: WriteOperation, options: dict[str, str]) -> bool:
+    """Whether incoming records are deduplicated by key before writing (upserts and deletes always;
+    the other operations unless ``hoodie.combine.before.insert=false``)."""
+    return op in (WriteOperation.UPSERT, WriteOperation.DELETE) or bool(
+        WriteConfig.COMBINE_BEFORE_INSERT.get(options)
+    )
+
+
+def prepare(table: HudiTable, data: pa.Table, op: WriteOperation, options: dict[str, str]) -> PreparedBatch:
+    data = data.drop_columns([c for c in data.column_names if c in META_COLUMNS])
+    check_input_columns(data.column_names)
+    kg = table.key_generator
+    if op is WriteOperation.DELETE:
+        key_input = data.select(delete_key_fields(table, data.column_names))
+        key_input = cast_to(key_input, delete_key_schema(table, key_input.schema))
+        current = table.schema()
+        schema = current if current is not None else normalize_schema(key_input.schema)
+        return PreparedBatch(
+            op,
+            merging.dedupe(delete_records(kg, key_input), MergeMode.COMMIT_TIME_ORDERING, None),
+            schema,
+            to_avro_schema(schema, table.name),
+        )
+
+    schema = write_schema(table, data.schema)
+    records = keyed_records(kg, cast_to(data, schema))
+    if combines(op, options):
+        records = merging.dedupe(records, table.merge_mode, table.ordering_field)
     return PreparedBatch(op, records, schema, to_avro_schema(schema, table.name))
 
 
@@ -468,13 +514,38 @@ def _new_file_groups(
     """
     if table.index_type is IndexType.BUCKET:
         return _bucket_groups(table, p, recs, view, explicit=False, replace=replace)
-    small_files = small_files and not replace
+    out = []
+    offset = 0
+    slots = insert_slots(table, p, recs.num_rows, view, options, small_files and not replace, not_small)
+    for file_id, base, take in slots:
+        out.append(FileGroupWrite(p, file_id, base, recs.slice(offset, take)))
+        offset += take
+    return out
+
+
+def insert_slots(
+    table: HudiTable,
+    p: str,
+    n: int,
+    view: FileSystemView,
+    options: dict[str, str],
+    small_files: bool = False,
+    not_small: set[str] | None = None,
+) -> list[tuple[str, BaseFile | None, int]]:
+    """How ``n`` inserts into partition ``p`` are spread (simple index): ``(file id, base file,
+    record count)``, small file groups first (if ``small_files``), then new ones.
+
+    Sizing follows Hudi's rules: a base file below ``hoodie.parquet.small.file.limit`` takes
+    records until it would reach ``hoodie.parquet.max.file.size`` at the average record size of the
+    latest commit (``hoodie.copyonwrite.record.size.estimate`` before the first); new file groups
+    take ``max size / average size`` records each. File groups in ``not_small`` are never taken.
+    Only counts and file sizes are needed, so a distributed engine plans this on its driver.
+    """
     max_size = WriteConfig.PARQUET_MAX_FILE_SIZE.require(options)
     small_limit = WriteConfig.PARQUET_SMALL_FILE_LIMIT.require(options)
     avg = _avg_record_size(view, WriteConfig.COPY_ON_WRITE_RECORD_SIZE_ESTIMATE.require(options))
-    out = []
+    out: list[tuple[str, BaseFile | None, int]] = []
     offset = 0
-    n = recs.num_rows
     if small_files and small_limit > 0:
         for bf in sorted(view.latest_base_files(p), key=lambda b: b.size):
             if offset >= n:
@@ -485,14 +556,21 @@ def _new_file_groups(
             if room <= 0:
                 continue
             take = min(room, n - offset)
-            out.append(FileGroupWrite(p, bf.file_id, bf, recs.slice(offset, take)))
+            out.append((bf.file_id, bf, take))
             offset += take
     per_file = max(1, max_size // avg)
     while offset < n:
         take = min(per_file, n - offset)
-        out.append(FileGroupWrite(p, new_file_id(), None, recs.slice(offset, take)))
+        out.append((new_file_id(), None, take))
         offset += take
     return out
+
+
+def records_per_file(view: FileSystemView, options: dict[str, str]) -> int:
+    """Records a new base file takes: ``hoodie.parquet.max.file.size`` / the average record size."""
+    max_size = WriteConfig.PARQUET_MAX_FILE_SIZE.require(options)
+    avg = _avg_record_size(view, WriteConfig.COPY_ON_WRITE_RECORD_SIZE_ESTIMATE.require(options))
+    return max(1, max_size // avg)
 
 
 # ---------------------------------------------------------------------------------- plan (MOR)
@@ -748,6 +826,24 @@ def _check_log_deletes(table: HudiTable, plan: WritePlan) -> None:
 
 
 @dataclass(frozen=True)
+class CommittedInstants:
+    """:meth:`FileSystemView.is_committed` as plain data, so that executors can receive it (a
+    :class:`~inlet.core.file_group_reader.BlockFilter` predicate)."""
+
+    completed: frozenset[str]
+    archive_boundary: str | None = None
+
+    @classmethod
+    def of(cls, view: FileSystemView) -> CommittedInstants:
+        return cls(frozenset(view.completion_times), view.archive_boundary)
+
+    def __call__(self, instant_time: str) -> bool:
+        if instant_time in self.completed:
+            return True
+        return self.archive_boundary is not None and instant_time < self.archive_boundary
+
+
+@dataclass(frozen=True)
 class WriteContext:
     """What a file-group writer needs; plain values so an executor process can receive it."""
 
@@ -771,9 +867,9 @@ def _meta(n: int, value: str) -> pa.Array:
     return pa.repeat(pa.scalar(value, pa.string()), n)
 
 
-def _seqnos(instant_time: str, task_id: int, n: int) -> pa.Array:
-    """``_hoodie_commit_seqno`` of ``n`` new records: ``<instant>_<task>_<i>``."""
-    numbers = pa.array(np.arange(n, dtype=np.int64)).cast(pa.string())
+def _seqnos(instant_time: str, task_id: int, n: int, start: int = 0) -> pa.Array:
+    """``_hoodie_commit_seqno`` of ``n`` new records: ``<instant>_<task>_<start + i>``."""
+    numbers = pa.array(np.arange(start, start + n, dtype=np.int64)).cast(pa.string())
     return pc.binary_join_element_wise(f"{instant_time}_{task_id}_", numbers, "")
 
 
@@ -786,16 +882,26 @@ def _meta_columns(ctx: WriteContext, fresh: pa.Table, seq: pa.Array, name: str) 
 
 
 def write_file_group(
-    storage: Storage, ctx: WriteContext, fg: FileGroupWrite, task_id: int, attempt: int = 0
+    storage: Storage,
+    ctx: WriteContext,
+    fg: FileGroupWrite,
+    task_id: int,
+    attempt: int = 0,
+    stage_id: int = 0,
+    seq_start: int = 0,
 ) -> WriteStat:
     """Write the new base file of one file group; returns its write stat.
 
     Upserts and deletes merge each stored record with the incoming record of its key (the
     merge mode decides; a key stored twice is merged twice, as Apache Hudi's merge handle does).
     Inserts (``fg.concat``) keep every stored record and append the incoming ones.
+
+    The file is named with the write token ``<task_id>-<stage_id>-<attempt>`` (distinct attempts
+    of one task write distinct files); new records get sequence numbers
+    ``<instant>_<task_id>_<seq_start + i>``.
     """
     started = time.monotonic()
-    token = write_token(task_id, 0, attempt)
+    token = write_token(task_id, stage_id, attempt)
     name = base_file_name(fg.file_id, token, ctx.instant_time)
     rel = posixpath.join(fg.partition, name) if fg.partition else name
     full_schema = pa.schema(list(meta_schema()) + list(ctx.schema))
@@ -836,7 +942,7 @@ def write_file_group(
     fresh = pa.concat_tables([incoming.take(pa.array(updates)), incoming.filter(pa.array(write_new))])
 
     n = fresh.num_rows
-    seq = _seqnos(ctx.instant_time, task_id, n)
+    seq = _seqnos(ctx.instant_time, task_id, n, seq_start)
     if n:
         fresh_meta = pa.Table.from_arrays(
             _meta_columns(ctx, fresh, seq, name) + [fresh.column(f.name) for f in ctx.schema],
@@ -894,7 +1000,13 @@ def _last_position(stored: pa.ChunkedArray, incoming: pa.ChunkedArray) -> np.nda
 
 
 def write_log_group(
-    storage: Storage, ctx: WriteContext, fg: FileGroupWrite, task_id: int, attempt: int = 0
+    storage: Storage,
+    ctx: WriteContext,
+    fg: FileGroupWrite,
+    task_id: int,
+    attempt: int = 0,
+    stage_id: int = 0,
+    seq_start: int = 0,
 ) -> WriteStat:
     """Append one file group's share of a Merge-on-Read write as a new log file; returns its write stat.
 
@@ -905,7 +1017,7 @@ def write_log_group(
     ordering); ``_hoodie_is_deleted`` records under EVENT_TIME_ORDERING carry their ordering value.
     """
     started = time.monotonic()
-    token = write_token(task_id, 0, attempt)
+    token = write_token(task_id, stage_id, attempt)
     name = log_file_name(fg.file_id, ctx.instant_time, 1, token)
     rel = posixpath.join(fg.partition, name) if fg.partition else name
     schema_json = _avro_with_meta(ctx.avro_schema)
@@ -918,7 +1030,7 @@ def write_log_group(
     n = upserts.num_rows
     if n:
         full_schema = pa.schema(list(meta_schema()) + list(ctx.schema))
-        seq = _seqnos(ctx.instant_time, task_id, n)
+        seq = _seqnos(ctx.instant_time, task_id, n, seq_start)
         meta = [_meta(n, ctx.instant_time), seq, upserts.column(KEY), upserts.column(PARTITION)]
         records = pa.Table.from_arrays(
             [*meta, _meta(n, fg.file_id)] + [upserts.column(f.name) for f in ctx.schema], schema=full_schema
@@ -998,6 +1110,131 @@ def _planned_metadata(plan: WritePlan, op: WriteOperation) -> CommitMetadata:
 # ---------------------------------------------------------------------------------- commit
 
 
+def commit_action(table: HudiTable, op: WriteOperation) -> str:
+    """The timeline action of a write: replacecommit, deltacommit (Merge-on-Read) or commit."""
+    if op.is_replace:
+        return Action.REPLACE_COMMIT
+    return Action.DELTA_COMMIT if table.table_type is TableType.MERGE_ON_READ else Action.COMMIT
+
+
+def write_context(
+    table: HudiTable,
+    instant_time: str,
+    op: WriteOperation,
+    schema: pa.Schema,
+    avro_schema: str,
+    options: dict[str, str],
+) -> WriteContext:
+    """What every file-group writer of one write needs (plain values: executors receive it)."""
+    return WriteContext(
+        base_uri=table.base_path,
+        table_name=table.name,
+        instant_time=instant_time,
+        schema=schema,
+        avro_schema=avro_schema,
+        merge_mode=table.merge_mode if op is not WriteOperation.DELETE else MergeMode.COMMIT_TIME_ORDERING,
+        ordering_field=table.ordering_field,
+        key_generator=table.key_generator,
+        populate_meta_fields=table.populate_meta_fields,
+        compression=WriteConfig.PARQUET_COMPRESSION.require(options),
+        data_block_format=logs.DATA_BLOCK_FORMAT.require(options),
+        table_merge_mode=table.merge_mode,
+        cache_log_keys=table.index_type is not IndexType.BUCKET,
+    )
+
+
+def remove_stray_files(storage: Storage, instant_time: str, written: Iterable[str]) -> list[str]:
+    """Delete the data files an instant's markers name but its write stats do not (``written``):
+    files of failed or duplicate (speculative) task attempts. Run before the instant completes, so
+    only the files of the committed stats are ever visible."""
+    keep = set(written)
+    stray = [f for f in markers.marked_files(storage, instant_time) if f not in keep]
+    for f in stray:
+        storage.delete(f)
+    if stray:
+        log.info("instant %s: deleted %d file(s) of failed or duplicate attempts", instant_time, len(stray))
+    return stray
+
+
+def run_write(
+    table: HudiTable,
+    op: WriteOperation,
+    planned: CommitMetadata,
+    execute: Callable[[Instant], Iterable[WriteStat]],
+    *,
+    options: dict[str, str],
+    avro_schema: str,
+    replaced: dict[str, list[str]] | None,
+    extra_metadata: dict[str, str],
+) -> CommitResult:
+    """Begin an instant, run the write, and commit it or roll it back: the discipline every engine
+    shares.
+
+    ``<t>.requested``, a heartbeat, ``<t>.inflight`` holding ``planned`` (the workload profile),
+    then ``execute(instant)`` writes the files and returns their write stats (locally, or as stats
+    collected from executors). Files named by markers but not by the stats (failed or duplicate
+    task attempts) are deleted, then the commit protocol completes the instant (conflict check,
+    atomic rename). Any failure rolls the instant back (its marked files are deleted); a crash
+    leaves a pending instant that the next writer rolls back once the heartbeat has expired.
+    """
+    from inlet.core.table import CommitResult
+
+    action = commit_action(table, op)
+    requested = b""
+    if action == Action.REPLACE_COMMIT:
+        requested = avro.encode(
+            "HoodieRequestedReplaceMetadata",
+            {"operationType": op.value, "clusteringPlan": None, "extraMetadata": None, "version": 1},
+        )
+    protocol = table.commit_protocol
+    instant = protocol.begin(action, requested)
+    interval = int(options.get(HEARTBEAT_INTERVAL_KEY, heartbeat.DEFAULT_INTERVAL_MS))
+    beat = heartbeat.Heartbeat(table.storage, instant.time, interval).start()
+    try:
+        faults.crash_point(faults.AFTER_REQUESTED)
+        protocol.set_inflight(instant, planned.to_bytes())
+        faults.crash_point(faults.AFTER_INFLIGHT)
+        metadata = CommitMetadata(operation_type=op.value)
+        for stat in execute(instant):
+            metadata.add(stat)
+        faults.crash_point(faults.AFTER_DATA_FILES)
+        if replaced is not None:
+            metadata.partition_to_replace_file_ids = replaced
+            for p in replaced:
+                metadata.partition_to_write_stats.setdefault(p, [])
+        metadata.extra_metadata = {**extra_metadata}
+        if avro_schema:
+            metadata.extra_metadata[SCHEMA_KEY] = avro_schema
+        remove_stray_files(table.storage, instant.time, (s.path for s in metadata.write_stats()))
+        faults.crash_point(faults.BEFORE_COMPLETE)
+        done = protocol.complete(instant, metadata)
+    except BaseException:
+        beat.stop(delete=False)
+        try:
+            rollback(table, Instant(instant.time, action, instant.state))
+        except Exception:  # the pending instant stays; the next writer rolls it back
+            log.exception("rollback of failed instant %s failed", instant.time)
+        heartbeat.delete(table.storage, instant.time)
+        raise
+    beat.stop()
+    markers.delete_markers(table.storage, instant.time)
+    log.info("committed %s %s: %s", done.action, done.time, json.dumps(_counts(metadata)))
+    return CommitResult(done.time, done.completion_time or "", done.action, op.value, metadata)
+
+
+def parse_operation(operation: WriteOperation | str) -> WriteOperation:
+    """A write operation (table services are refused)."""
+    op = WriteOperation.parse(operation) if isinstance(operation, str) else operation
+    if op in (WriteOperation.COMPACT, WriteOperation.CLUSTER):
+        raise InvalidInputError(f"{op.value.lower()} is a table service, not a write operation")
+    return op
+
+
+def check_writable(table: HudiTable) -> None:
+    if table.version != 8:
+        raise UnsupportedError(f"Inlet writes table version 8; this table is version {table.version}")
+
+
 def write_table(
     table: HudiTable,
     data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch],
@@ -1006,18 +1243,11 @@ def write_table(
     partitions: Sequence[str] | None,
     extra_metadata: dict[str, str],
 ) -> CommitResult:
-    from inlet.core.table import CommitResult
-
-    op = WriteOperation.parse(operation) if isinstance(operation, str) else operation
-    if op in (WriteOperation.COMPACT, WriteOperation.CLUSTER):
-        raise InvalidInputError(f"{op.value.lower()} is a table service, not a write operation")
-    mor = table.table_type is TableType.MERGE_ON_READ
-    if table.version != 8:
-        raise UnsupportedError(f"Inlet writes table version 8; this table is version {table.version}")
+    op = parse_operation(operation)
+    check_writable(table)
     if data is None:
         if op is not WriteOperation.DELETE_PARTITION:
             raise InvalidInputError(f"{op.value.lower()} needs input data")
-        arrow = pa.table({})
         batch = PreparedBatch(
             op,
             pa.table(
@@ -1058,66 +1288,27 @@ def write_table(
 
     rollback_failed_writes(table)
     plan = plan_write(table, batch, options, partitions)
-    action = Action.REPLACE_COMMIT if op.is_replace else Action.DELTA_COMMIT if mor else Action.COMMIT
-    requested = b""
-    if action == Action.REPLACE_COMMIT:
-        requested = avro.encode(
-            "HoodieRequestedReplaceMetadata",
-            {"operationType": op.value, "clusteringPlan": None, "extraMetadata": None, "version": 1},
-        )
-    protocol = table.commit_protocol
-    instant = protocol.begin(action, requested)
-    interval = int(options.get(HEARTBEAT_INTERVAL_KEY, heartbeat.DEFAULT_INTERVAL_MS))
-    beat = heartbeat.Heartbeat(table.storage, instant.time, interval).start()
-    try:
-        faults.crash_point(faults.AFTER_REQUESTED)
-        protocol.set_inflight(instant, _planned_metadata(plan, op).to_bytes())
-        faults.crash_point(faults.AFTER_INFLIGHT)
-        ctx = WriteContext(
-            base_uri=table.base_path,
-            table_name=table.name,
-            instant_time=instant.time,
-            schema=batch.schema,
-            avro_schema=batch.avro_schema,
-            merge_mode=table.merge_mode
-            if op is not WriteOperation.DELETE
-            else MergeMode.COMMIT_TIME_ORDERING,
-            ordering_field=table.ordering_field,
-            key_generator=table.key_generator,
-            populate_meta_fields=table.populate_meta_fields,
-            compression=WriteConfig.PARQUET_COMPRESSION.require(options),
-            data_block_format=logs.DATA_BLOCK_FORMAT.require(options),
-            table_merge_mode=table.merge_mode,
-            cache_log_keys=table.index_type is not IndexType.BUCKET,
-        )
+
+    def execute(instant: Instant) -> list[WriteStat]:
+        ctx = write_context(table, instant.time, op, batch.schema, batch.avro_schema, options)
         for p in sorted({g.partition for g in plan.file_groups}):
             ensure_partition_metadata(table.storage, p, instant.time)
-        metadata = CommitMetadata(operation_type=op.value)
+        stats = []
         for task_id, fg in enumerate(plan.file_groups):
             write = write_log_group if fg.log else write_file_group
-            metadata.add(write(table.storage, ctx, fg, task_id))
-        faults.crash_point(faults.AFTER_DATA_FILES)
-        if plan.replaced is not None:
-            metadata.partition_to_replace_file_ids = plan.replaced
-            for p in plan.replaced:
-                metadata.partition_to_write_stats.setdefault(p, [])
-        metadata.extra_metadata = {**extra_metadata}
-        if batch.avro_schema:
-            metadata.extra_metadata[SCHEMA_KEY] = batch.avro_schema
-        faults.crash_point(faults.BEFORE_COMPLETE)
-        done = protocol.complete(instant, metadata)
-    except BaseException:
-        beat.stop(delete=False)
-        try:
-            rollback(table, Instant(instant.time, action, instant.state))
-        except Exception:  # the pending instant stays; the next writer rolls it back
-            log.exception("rollback of failed instant %s failed", instant.time)
-        heartbeat.delete(table.storage, instant.time)
-        raise
-    beat.stop()
-    markers.delete_markers(table.storage, instant.time)
-    log.info("committed %s %s: %s", done.action, done.time, json.dumps(_counts(metadata)))
-    return CommitResult(done.time, done.completion_time or "", done.action, op.value, metadata)
+            stats.append(write(table.storage, ctx, fg, task_id))
+        return stats
+
+    return run_write(
+        table,
+        op,
+        _planned_metadata(plan, op),
+        execute,
+        options=options,
+        avro_schema=batch.avro_schema,
+        replaced=plan.replaced,
+        extra_metadata=extra_metadata,
+    )
 
 
 def _counts(md: CommitMetadata) -> dict[str, int]:

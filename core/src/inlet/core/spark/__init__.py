@@ -1,0 +1,96 @@
+"""``inlet.core.spark``: Spark as the engine behind Inlet's table operations (needs the ``spark`` extra).
+
+>>> from inlet.core import spark as inlet_spark
+>>> inlet_spark.write(df, "/lake/trips", {
+...     "hoodie.table.name": "trips",
+...     "hoodie.datasource.write.recordkey.field": "uuid",
+...     "hoodie.datasource.write.partitionpath.field": "city",
+...     "hoodie.datasource.write.precombine.field": "ts",
+...     "hoodie.datasource.write.operation": "upsert",
+... })
+>>> inlet_spark.read(spark, "/lake/trips", {"hoodie.datasource.query.type": "snapshot"})
+>>> inlet_spark.run_compaction(spark, "/lake/trips")
+
+- :func:`write` — every write operation of the core on COW and MOR tables as a Spark job (driver
+  plans from metadata, executors write, driver commits); Apache Hudi's option names
+  (:mod:`inlet.core.spark.options`). See :mod:`inlet.core.spark.write`.
+- :func:`read` — a DataFrame of the table through the ``hudi`` Python data source
+  (:mod:`inlet.core.spark.datasource`).
+- :func:`run_compaction` — a scheduled Merge-on-Read compaction as a Spark job, one task per file
+  group (:mod:`inlet.core.spark.compaction`).
+
+``import inlet.core`` does not import this package (nor pyspark).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from inlet.core.spark.write import write as _write
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from inlet.core.commit import CommitProtocol
+    from inlet.core.table import CommitResult
+
+
+def write(
+    df: DataFrame | None,
+    path: str,
+    options: Mapping[str, object] | None = None,
+    *,
+    commit_protocol: CommitProtocol | None = None,
+    partitions: Sequence[str] | None = None,
+    extra_metadata: Mapping[str, str] | None = None,
+    mode: str = "append",
+) -> CommitResult | None:
+    """Write ``df`` to the Hudi table at ``path`` (created on the first write), as Apache Hudi's
+    ``df.write.format("hudi").options(**options).mode(mode).save(path)`` does; returns the commit.
+
+    ``options`` take Apache Hudi's names (``hoodie.datasource.write.operation`` = upsert | insert |
+    bulk_insert | delete | insert_overwrite | insert_overwrite_table | delete_partition, ...).
+    ``commit_protocol``: complete the commit through it (e.g. the gRPC coordinator's) instead of
+    the in-process lock. ``partitions``: for delete_partition without data (or
+    ``hoodie.datasource.write.partitions.to.delete``). ``mode``: ``append`` (default),
+    ``overwrite`` (an existing table is overwritten with ``insert_overwrite_table``), ``error`` /
+    ``errorifexists`` or ``ignore`` when the table exists.
+    """
+    return _write(
+        df,
+        path,
+        options,
+        commit_protocol=commit_protocol,
+        partitions=partitions,
+        extra_metadata=extra_metadata,
+        mode=mode,
+    )
+
+
+def read(spark: SparkSession, path: str, options: Mapping[str, object] | None = None) -> DataFrame:
+    """The table at ``path`` as a DataFrame (``hoodie.datasource.query.type`` = snapshot |
+    read_optimized, ``as.of.instant``, ...), through the ``hudi`` Python data source."""
+    from inlet.core.spark import datasource
+    from inlet.core.spark.options import read_options
+
+    return datasource.read(spark, path, read_options(options))
+
+
+def run_compaction(
+    spark: SparkSession,
+    path: str,
+    instant: str | None = None,
+    options: Mapping[str, str] | None = None,
+    *,
+    commit_protocol: CommitProtocol | None = None,
+    force: bool = False,
+) -> CommitResult | None:
+    """Run a pending compaction of the Merge-on-Read table at ``path`` as a Spark job; None if no
+    compaction is pending. See :func:`inlet.core.spark.compaction.run`."""
+    from inlet.core.spark.compaction import run
+
+    return run(spark, path, instant, options, commit_protocol=commit_protocol, force=force)
+
+
+__all__ = ["read", "run_compaction", "write"]

@@ -1,0 +1,73 @@
+"""Merge-on-Read compaction as a Spark job: one task per file-group operation of the plan.
+
+The driver does what :func:`inlet.core.compaction.run` does (roll back a crashed run, mark the
+plan inflight, heartbeat, commit, roll back on failure); only the per-operation work — merging one
+file slice into a new base file, :func:`inlet.core.compaction.compact_operation` — runs on the
+executors, which return write stats. Files of failed or duplicate task attempts (named by markers,
+not by the stats) are deleted before the compaction completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+
+from pyspark.sql import SparkSession
+
+from inlet.core import compaction, faults
+from inlet.core.commit import CommitProtocol
+from inlet.core.commit_metadata import WriteStat
+from inlet.core.spark.write import _maybe_crash, _stat_json, _stat_of, _task, run_job
+from inlet.core.storage import Storage
+from inlet.core.table import CommitResult, HudiTable
+
+CRASH_AT = "hoodie.inlet.spark.crash.at"  # fault injection (tests), as for writes
+
+
+def compact_one(
+    base_uri: str,
+    ctx: compaction.CompactionContext,
+    crash_at: str | None,
+    item: tuple[int, compaction.CompactionOperation],
+) -> str:
+    """Executor: compact one operation; its write stat as JSON."""
+    index, op = item
+    _, stage, attempt_id, _ = _task()
+    stat = compaction.compact_operation(Storage(base_uri), ctx, op, index, attempt=attempt_id, stage_id=stage)
+    _maybe_crash(crash_at, faults.AFTER_DATA_FILES, index == 0)
+    return _stat_json(stat)
+
+
+def spark_runner(spark: SparkSession, crash_at: str | None) -> compaction.OperationsRunner:
+    """A :data:`~inlet.core.compaction.OperationsRunner` that runs each operation as a Spark task."""
+
+    def run_operations(
+        table: HudiTable,
+        ctx: compaction.CompactionContext,
+        operations: Sequence[compaction.CompactionOperation],
+    ) -> list[WriteStat]:
+        if not operations:
+            return []
+        items = list(enumerate(operations))
+        rdd = spark.sparkContext.parallelize(items, len(items))
+        stats = run_job("compacting", rdd.map(partial(compact_one, table.base_path, ctx, crash_at)).collect)
+        return [_stat_of(s) for s in stats]
+
+    return run_operations
+
+
+def run(
+    spark: SparkSession,
+    path: str,
+    instant: str | None = None,
+    options: Mapping[str, str] | None = None,
+    *,
+    commit_protocol: CommitProtocol | None = None,
+    force: bool = False,
+) -> CommitResult | None:
+    """Run a pending compaction (``instant``, or the earliest) of the table at ``path`` as a Spark
+    job; None if none is pending. Options as for :func:`inlet.core.compaction.run`."""
+    table = HudiTable.open(path, commit_protocol=commit_protocol)
+    opts = {str(k): str(v) for k, v in (options or {}).items()}
+    runner = spark_runner(spark, opts.get(CRASH_AT))
+    return compaction.run(table, instant, opts, force=force, runner=runner)

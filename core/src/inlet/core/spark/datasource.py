@@ -1,0 +1,587 @@
+"""A PySpark Python Data Source for Inlet/Hudi tables, registered as formats ``hudi`` and ``inlet``.
+
+>>> from inlet.core.spark.datasource import register
+>>> register(spark)                       # explicit: once per SparkSession (``read`` does it too)
+>>> df = (spark.read.format("hudi")
+...       .option("hoodie.datasource.query.type", "snapshot")   # or read_optimized
+...       .option("as.of.instant", "2024-05-01 09:30:00")       # time travel (optional)
+...       .load("/lake/trips"))
+>>> df.where("city = 'sf'").select("id", "fare")
+
+Reading (the driver plans from metadata, executors read):
+
+- one Spark input partition per file slice; each task runs the core's per-slice read
+  (:func:`inlet.core.readers.read_slice`: a base file, or a Merge-on-Read slice merged with its
+  log files) and yields Arrow record batches;
+- the schema is the table's (Avro schema of the latest commit, or as of ``as.of.instant``) with
+  the five ``_hoodie_*`` meta columns first, as Apache Hudi's Spark reader shows it
+  (``inlet.read.meta.columns=false`` leaves them out);
+- partition pruning: ``inlet.read.filters`` (a JSON list of ``[column, op, value]``, ANDed; ops
+  ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in``) leaves out the partitions whose
+  path values fail them before planning (fewer input partitions), filters base files with their
+  Parquet statistics and merged slices after merging. Spark's own ``where`` clauses are applied
+  by Spark after the scan;
+- ``inlet.read.filter.pushdown=true`` (opt-in) also takes ``=``, ``<>``, ``<``, ``<=``, ``>``,
+  ``>=`` and ``IN`` filters of Spark's ``where`` (``DataSourceReader.pushFilters``; :func:`register`
+  enables ``spark.sql.python.filterPushdown.enabled``). It is off by default because PySpark 4.3
+  caches the planned read on the DataFrame returned by ``load()``: a later query on that same
+  DataFrame whose filters cannot be pushed (none, or only ``OR``...) reuses the previous query's
+  pushed filters and returns too few rows. With it on, ``load()`` once per query. Filters whose
+  Arrow evaluation could differ from Spark's (floating-point NaN ordering, ``NOT IN`` with nulls,
+  null literals) are never pushed;
+- projection: Python data sources get no column pruning from Spark (PySpark 4.3's
+  ``PythonScanBuilder`` only pushes filters), so give the columns to read either as a schema
+  (``spark.read.format("hudi").schema("id long, fare double")``) or as the option
+  ``inlet.read.columns=id,fare``; only those columns are read from the files;
+- ``hoodie.datasource.query.type``: ``snapshot`` (default) or ``read_optimized``; ``as.of.instant``
+  accepts ``yyyyMMddHHmmssSSS``, ``yyyyMMddHHmmss``, ``yyyy-MM-dd HH:mm:ss[.SSS]`` and
+  ``yyyy-MM-dd`` (UTC, the time zone of Inlet's timelines); ``incremental`` is refused (not
+  implemented yet).
+
+Writing (``df.write.format("hudi")``): a Python data source's writer gets each task's rows
+separately and one ``commit()`` on the driver, with no shuffle in between, so only writes that
+need no global view of the data are done here:
+
+- ``insert`` and ``bulk_insert`` (sort mode ``NONE`` or ``PARTITION_SORT``) into an existing
+  table with the simple index, with ``hoodie.combine.before.insert=false`` (no dedupe across
+  tasks is possible): each task writes new file groups, the driver commits their stats through
+  the table's commit protocol. Files of failed or speculative task attempts are deleted before
+  the commit completes; a failed job rolls the instant back.
+- Everything else (upsert, delete, the overwrite operations, inserts with dedupe, bucket-index
+  tables, ``mode("overwrite")``, creating a table) needs a shuffle or an index lookup first and
+  is refused with a message pointing to ``inlet.core.spark.write(df, path, options)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import DoubleType, FloatType, StructType
+
+from inlet.core import markers
+from inlet.core.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from inlet.core.config import BulkInsertSortMode, IndexType, TableType, WriteConfig, WriteOperation
+from inlet.core.errors import (
+    InletError,
+    InvalidConfigError,
+    InvalidInputError,
+    TableNotFoundError,
+    UnsupportedError,
+)
+from inlet.core.filegroups import FileSlice, new_file_id
+from inlet.core.heartbeat import DEFAULT_INTERVAL_MS, HEARTBEAT_DIR
+from inlet.core.instant import Action, Instant, State
+from inlet.core.readers import Filter, ReadPlan, filter_expression, plan_read, read_slice
+from inlet.core.rollback import rollback, rollback_failed_writes
+from inlet.core.schema import evolve, to_avro_schema
+from inlet.core.spark import types as spark_types
+from inlet.core.table import HudiTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger("inlet.core.spark.datasource")
+
+FORMAT_NAMES = ("hudi", "inlet")
+QUERY_TYPE = "hoodie.datasource.query.type"
+AS_OF = "as.of.instant"
+BEGIN_INSTANT = "hoodie.datasource.read.begin.instanttime"
+META_COLUMNS_OPTION = "inlet.read.meta.columns"
+COLUMNS_OPTION = "inlet.read.columns"
+FILTERS_OPTION = "inlet.read.filters"
+PUSHDOWN_OPTION = "inlet.read.filter.pushdown"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+OPERATION = "hoodie.datasource.write.operation"
+HEARTBEAT_INTERVAL = "hoodie.client.heartbeat.interval_in_ms"
+USE_WRITE = "use inlet.core.spark.write(df, path, options)"
+# file groups one task may write: the task id of a file is partition id * this + its index
+_FILES_PER_TASK = 100_000
+
+
+def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
+    value = options.get(key)
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidConfigError(f"option {key} must be true or false, got {value!r}")
+    return text == "true"
+
+
+def _path(options: Mapping[str, str]) -> str:
+    path = options.get("path") or options.get("hoodie.base.path")
+    if not path:
+        raise InvalidInputError("no table path: use .load(path) / .save(path)")
+    return str(path)
+
+
+def _open(path: str) -> HudiTable:
+    try:
+        return HudiTable.open(path)
+    except TableNotFoundError:
+        raise
+    except FileNotFoundError as e:
+        raise TableNotFoundError(f"no Hudi table at {path}") from e
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The read options of one ``spark.read.format("hudi")`` call, validated."""
+
+    path: str
+    query_type: str = "snapshot"
+    as_of: str | None = None
+    meta_columns: bool = True
+    columns: tuple[str, ...] | None = None
+    filters: tuple[Filter, ...] = ()
+    pushdown: bool = False
+
+    @staticmethod
+    def parse(options: Mapping[str, str]) -> ReadOptions:
+        qt = str(options.get(QUERY_TYPE) or "snapshot").strip().lower().replace("-", "_")
+        if qt == "incremental":
+            raise UnsupportedError(
+                "incremental queries (hoodie.datasource.query.type=incremental) are not supported by "
+                "Inlet's reader yet; use time travel (as.of.instant) or filter on _hoodie_commit_time"
+            )
+        if qt not in ("snapshot", "read_optimized"):
+            raise InvalidConfigError(f"{QUERY_TYPE} must be snapshot or read_optimized, got {qt!r}")
+        if options.get(BEGIN_INSTANT):
+            raise UnsupportedError(
+                f"{BEGIN_INSTANT} needs an incremental query, which Inlet does not support yet"
+            )
+        as_of = options.get(AS_OF)
+        cols = options.get(COLUMNS_OPTION)
+        columns = tuple(c.strip() for c in str(cols).split(",") if c.strip()) if cols else None
+        return ReadOptions(
+            path=_path(options),
+            query_type=qt,
+            as_of=_as_of_instant(str(as_of)) if as_of else None,
+            meta_columns=_flag(options, META_COLUMNS_OPTION, True),
+            columns=columns,
+            filters=_filters_option(options.get(FILTERS_OPTION)),
+            pushdown=_flag(options, PUSHDOWN_OPTION, False),
+        )
+
+
+def _filters_option(text: str | None) -> tuple[Filter, ...]:
+    """``inlet.read.filters``: a JSON list of ``[column, op, value]`` (ANDed), e.g.
+    ``[["city", "=", "sf"], ["fare", ">=", 10]]``; timestamps, dates and decimals as strings."""
+    if not text:
+        return ()
+    try:
+        parsed = json.loads(text)
+    except ValueError as e:
+        raise InvalidInputError(f"{FILTERS_OPTION} is not JSON: {e}") from None
+    if not isinstance(parsed, list) or not all(isinstance(f, list) and len(f) == 3 for f in parsed):
+        raise InvalidInputError(f"{FILTERS_OPTION} must be a JSON list of [column, op, value], got {text!r}")
+    return tuple((str(c), str(op), v) for c, op, v in parsed)
+
+
+def _as_of_instant(text: str) -> str:
+    """Hudi's ``as.of.instant`` formats (``HoodieSqlCommonUtils.formatQueryInstant``) as 17 digits."""
+    from inlet.core.instant import normalize_instant_time
+
+    t = text.strip()
+    digits = t.isdigit() and len(t) in (14, 17)
+    dated = len(t) in (10, 19, 23) and t[4:5] == "-" and t[7:8] == "-"
+    if not (digits or dated):
+        raise InvalidInputError(
+            f"invalid {AS_OF} {text!r}: use yyyyMMddHHmmssSSS, yyyyMMddHHmmss, "
+            "'yyyy-MM-dd HH:mm:ss[.SSS]' or yyyy-MM-dd"
+        )
+    return normalize_instant_time(t)
+
+
+def table_schema(opts: ReadOptions, filters: Sequence[Filter] = ()) -> tuple[ReadPlan, StructType]:
+    """The read plan (driver side) and the Spark schema of its rows."""
+    table = _open(opts.path)
+    plan = plan_read(
+        table,
+        as_of=opts.as_of,
+        columns=list(opts.columns) if opts.columns is not None else None,
+        filters=[*opts.filters, *filters],
+        meta_columns=opts.meta_columns,
+        query_type=opts.query_type,
+    )
+    return plan, spark_types.from_arrow_schema(plan.out_schema)
+
+
+class SlicePartition(InputPartition):
+    """One file slice to read, with the (small) plan it belongs to."""
+
+    def __init__(self, plan: ReadPlan, file_slice: FileSlice, path: str) -> None:
+        super().__init__(f"{file_slice.partition}/{file_slice.file_id}@{file_slice.base_instant}")
+        self.plan = plan
+        self.file_slice = file_slice
+        self.path = path
+
+
+def _spark_filter_to_inlet(f: Any, schema: StructType) -> Filter | None:
+    """An Inlet filter meaning exactly what Spark's ``f`` means, or None (Spark evaluates it)."""
+    from pyspark.sql import datasource as sds
+
+    negated = isinstance(f, sds.Not)
+    inner = f.child if negated else f
+    attribute = getattr(inner, "attribute", None)
+    if not isinstance(attribute, tuple) or len(attribute) != 1:
+        return None  # nested fields: not pushed
+    column = attribute[0]
+    if column not in schema.fieldNames() or isinstance(schema[column].dataType, FloatType | DoubleType):
+        return None  # NaN sorts above every number in Spark, compares false in Arrow
+    value = getattr(inner, "value", None)
+    if negated:
+        if isinstance(inner, sds.EqualTo) and value is not None:
+            return (column, "!=", value)
+        return None  # NOT IN keeps null rows in Arrow, not in Spark
+    ops = {
+        sds.EqualTo: "=",
+        sds.GreaterThan: ">",
+        sds.GreaterThanOrEqual: ">=",
+        sds.LessThan: "<",
+        sds.LessThanOrEqual: "<=",
+    }
+    op = ops.get(type(inner))
+    if op is not None and value is not None:
+        return (column, op, value)
+    if isinstance(inner, sds.In) and value is not None and all(v is not None for v in value):
+        return (column, "in", list(value))
+    return None
+
+
+class HudiReader(DataSourceReader):
+    """Plans one input partition per file slice; reads a slice per task."""
+
+    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+        self.opts = opts
+        self.schema = schema
+        self.filters: list[Filter] = []
+
+    def _plan(self) -> ReadPlan:
+        opts = dataclasses.replace(self.opts, columns=tuple(self.schema.fieldNames()))
+        plan, _ = table_schema(opts, self.filters)
+        return plan
+
+    def partitions(self) -> list[InputPartition]:
+        plan = self._plan()
+        shared = dataclasses.replace(plan, slices=[])
+        return [SlicePartition(shared, fs, self.opts.path) for fs in plan.slices]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, SlicePartition):
+            return  # no file slices: Spark asks for one empty partition
+        table = _open(partition.path)
+        target = spark_types.to_arrow_schema(self.schema)
+        for piece in read_slice(table, partition.plan, partition.file_slice):
+            if piece.num_rows:
+                yield from spark_types.conform(piece, target).to_batches()
+
+
+class HudiPushdownReader(HudiReader):
+    """:class:`HudiReader` with filter pushdown (needs ``spark.sql.python.filterPushdown.enabled``)."""
+
+    def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        queryable: pa.Schema | None = None
+        for f in filters:
+            mine = _spark_filter_to_inlet(f, self.schema)
+            if mine is not None:
+                if queryable is None:
+                    queryable = spark_types.to_arrow_schema(self.schema)
+                try:  # the value must convert exactly to the column's type
+                    filter_expression([mine], queryable)
+                except InletError:
+                    mine = None
+            if mine is None:
+                yield f
+            else:
+                self.filters.append(mine)
+
+
+class HudiDataSource(DataSource):
+    """``spark.read.format("hudi")`` / ``df.write.format("hudi")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "hudi"
+
+    def schema(self) -> StructType:
+        _, schema = table_schema(ReadOptions.parse(self.options))
+        return schema
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = ReadOptions.parse(self.options)
+        if opts.pushdown:
+            return HudiPushdownReader(opts, schema)
+        return HudiReader(opts, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> HudiWriter:
+        return HudiWriter.begin(dict(self.options), schema, overwrite)
+
+
+class InletDataSource(HudiDataSource):
+    """The same data source under the format name ``inlet``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "inlet"
+
+
+def register(spark: SparkSession) -> None:
+    """Register formats ``hudi`` and ``inlet`` in ``spark`` and enable Python filter pushdown."""
+    spark.dataSource.register(HudiDataSource)
+    spark.dataSource.register(InletDataSource)
+    spark.conf.set(PUSHDOWN_CONF, "true")
+
+
+def read(spark: SparkSession, path: str, options: Mapping[str, str] | None = None) -> DataFrame:
+    """``spark.read.format("hudi").options(**options).load(path)`` (registering the format first)."""
+    register(spark)
+    return spark.read.format("hudi").options(**dict(options or {})).load(path)
+
+
+# ---------------------------------------------------------------------------------- writing
+
+
+@dataclass
+class FilesWritten(WriterCommitMessage):
+    """What one task wrote: the write stat of each new base file."""
+
+    stats: list[WriteStat] = field(default_factory=list)
+
+
+def _refuse(what: str) -> UnsupportedError:
+    return UnsupportedError(
+        f"df.write.format('hudi') cannot do {what}: a Python data source writer sees each task's "
+        f"rows separately, with no shuffle or index lookup before the files are written; {USE_WRITE}"
+    )
+
+
+class _Lease:
+    """Keeps the instant's heartbeat file fresh while this task writes (Apache Hudi's empty
+    heartbeat: its modification time is the last beat, whichever process wrote it)."""
+
+    def __init__(self, table: HudiTable, instant_time: str, interval_ms: int) -> None:
+        self.table = table
+        self.path = f"{HEARTBEAT_DIR}/{instant_time}"
+        self.interval_s = interval_ms / 1000 / 2
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{instant_time}", daemon=True)
+
+    def beat(self) -> None:
+        self.table.storage.write_atomic(self.path, b"")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            with contextlib.suppress(OSError):
+                self.beat()
+
+    def __enter__(self) -> _Lease:
+        self.beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class HudiWriter(DataSourceArrowWriter):
+    """insert / bulk_insert into new file groups: tasks write, the driver commits (see module doc)."""
+
+    def __init__(
+        self,
+        path: str,
+        options: dict[str, str],
+        operation: WriteOperation,
+        instant: Instant,
+        schema: pa.Schema,
+        avro_schema: str,
+    ) -> None:
+        self.path = path
+        self.options = options
+        self.operation = operation
+        self.instant = instant
+        self.schema = schema
+        self.avro_schema = avro_schema
+
+    @staticmethod
+    def check(table: HudiTable, options: Mapping[str, str], overwrite: bool) -> WriteOperation:
+        """The operation, if this data source can do it on ``table`` (else UnsupportedError)."""
+        op_text = str(options.get(OPERATION) or "upsert")
+        op = WriteOperation.parse(op_text)
+        if overwrite:
+            raise _refuse("mode('overwrite') (Apache Hudi recreates the table)")
+        if op not in (WriteOperation.INSERT, WriteOperation.BULK_INSERT):
+            raise _refuse(f"{OPERATION}={op_text}")
+        if WriteConfig.COMBINE_BEFORE_INSERT.get(dict(options)):
+            raise _refuse(
+                f"{op_text} with hoodie.combine.before.insert=true (dedupe across tasks); set it to "
+                "false to keep every row"
+            )
+        if op is WriteOperation.BULK_INSERT and (
+            WriteConfig.BULK_INSERT_SORT_MODE.require(dict(options)) is BulkInsertSortMode.GLOBAL_SORT
+        ):
+            raise _refuse("bulk_insert with hoodie.bulkinsert.sort.mode=GLOBAL_SORT")
+        if table.index_type is not IndexType.SIMPLE:
+            raise _refuse(f"writes into a table with the {table.index_type.value} index")
+        if table.version != 8:
+            raise UnsupportedError(f"Inlet writes table version 8; this table is version {table.version}")
+        return op
+
+    @classmethod
+    def begin(cls, options: dict[str, str], spark_schema: StructType, overwrite: bool) -> HudiWriter:
+        """Driver side: check, decide the schema, start the instant (requested, inflight, lease)."""
+        path = _path(options)
+        try:
+            table = _open(path)
+        except TableNotFoundError as e:
+            raise TableNotFoundError(
+                f"no Hudi table at {path}: df.write.format('hudi') writes into existing tables; "
+                f"create it with HudiTable.create(...) or {USE_WRITE}"
+            ) from e
+        op = cls.check(table, options, overwrite)
+        incoming = spark_types.to_table_arrow_schema(spark_schema)
+        current = table.schema()
+        schema = evolve(current, incoming) if current is not None else incoming
+        rollback_failed_writes(table)
+        action = Action.DELTA_COMMIT if table.table_type is TableType.MERGE_ON_READ else Action.COMMIT
+        protocol = table.commit_protocol
+        instant = protocol.begin(action)
+        inflight = protocol.set_inflight(instant, CommitMetadata(operation_type=op.value).to_bytes())
+        writer = cls(path, options, op, inflight, schema, to_avro_schema(schema, table.name))
+        writer._lease(table).beat()
+        return writer
+
+    def _lease(self, table: HudiTable) -> _Lease:
+        interval = int(self.options.get(HEARTBEAT_INTERVAL, DEFAULT_INTERVAL_MS))
+        return _Lease(table, self.instant.time, interval)
+
+    # ------------------------------------------------------------------ executors
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        from pyspark import TaskContext
+
+        from inlet.core.writers import (
+            DELETED,
+            KEY,
+            PARTITION,
+            FileGroupWrite,
+            WriteContext,
+            ensure_partition_metadata,
+            prepare,
+            write_file_group,
+        )
+
+        ctx = TaskContext.get()
+        partition_id = ctx.partitionId() if ctx is not None else 0
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        batches = list(iterator)
+        if not batches or sum(b.num_rows for b in batches) == 0:
+            return FilesWritten()
+        table = _open(self.path)
+        with self._lease(table):
+            data = pa.Table.from_batches(batches)
+            prepared = prepare(table, data, self.operation, self.options)
+            if not prepared.schema.equals(self.schema):
+                raise InletError(
+                    f"the table's schema changed while instant {self.instant.time} was being written; "
+                    "retry the write"
+                )
+            records = prepared.records.filter(pc.invert(prepared.records.column(DELETED)))
+            if self.operation is WriteOperation.BULK_INSERT and (
+                WriteConfig.BULK_INSERT_SORT_MODE.require(self.options) is BulkInsertSortMode.PARTITION_SORT
+            ):
+                records = records.sort_by([(PARTITION, "ascending"), (KEY, "ascending")])
+            wctx = WriteContext(
+                base_uri=table.base_path,
+                table_name=table.name,
+                instant_time=self.instant.time,
+                schema=self.schema,
+                avro_schema=self.avro_schema,
+                merge_mode=table.merge_mode,
+                ordering_field=table.ordering_field,
+                key_generator=table.key_generator,
+                populate_meta_fields=table.populate_meta_fields,
+                compression=WriteConfig.PARQUET_COMPRESSION.require(self.options),
+                table_merge_mode=table.merge_mode,
+            )
+            per_file = max(
+                1,
+                WriteConfig.PARQUET_MAX_FILE_SIZE.require(self.options)
+                // WriteConfig.COPY_ON_WRITE_RECORD_SIZE_ESTIMATE.require(self.options),
+            )
+            out = FilesWritten()
+            index = 0
+            for p in sorted(pc.unique(records.column(PARTITION)).to_pylist()):
+                recs = records.filter(pc.equal(records.column(PARTITION), p))
+                ensure_partition_metadata(table.storage, p, self.instant.time)
+                for offset in range(0, recs.num_rows, per_file):
+                    group = FileGroupWrite(p, new_file_id(), None, recs.slice(offset, per_file), concat=True)
+                    task_id = partition_id * _FILES_PER_TASK + index
+                    out.stats.append(write_file_group(table.storage, wctx, group, task_id, attempt))
+                    index += 1
+            return out
+
+    # ------------------------------------------------------------------ driver
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        table = _open(self.path)
+        try:
+            metadata = CommitMetadata(operation_type=self.operation.value)
+            for m in messages:
+                if isinstance(m, FilesWritten):
+                    for s in m.stats:
+                        metadata.add(s)
+            metadata.extra_metadata = {SCHEMA_KEY: self.avro_schema}
+            committed = {s.path for s in metadata.write_stats()}
+            for stray in markers.marked_files(table.storage, self.instant.time):
+                if stray not in committed:  # a failed or speculative task attempt's file
+                    table.storage.delete(stray)
+            self._lease(table).beat()
+            table.commit_protocol.complete(self.instant, metadata)
+        except BaseException:
+            self._rollback(table)
+            raise
+        table.storage.delete(f"{HEARTBEAT_DIR}/{self.instant.time}")
+        markers.delete_markers(table.storage, self.instant.time)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self._rollback(_open(self.path))
+
+    def _rollback(self, table: HudiTable) -> None:
+        try:
+            rollback(table, Instant(self.instant.time, self.instant.action, State.INFLIGHT))
+        except Exception:  # the pending instant stays; the next writer rolls it back
+            log.exception("rollback of failed instant %s failed", self.instant.time)
+        table.storage.delete(f"{HEARTBEAT_DIR}/{self.instant.time}")
+
+
+__all__ = [
+    "FORMAT_NAMES",
+    "HudiDataSource",
+    "HudiReader",
+    "HudiWriter",
+    "InletDataSource",
+    "ReadOptions",
+    "read",
+    "register",
+]
