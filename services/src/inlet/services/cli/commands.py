@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from inlet.core import HudiTable, TimestampPartitioning
-from inlet.services.cli import dataio, filters, options, render
+from inlet.services.cli import dataio, engine, filters, options, render
 from inlet.services.cli.errors import EXIT_OK, UsageError
 from inlet.services.logs import log_event
 
@@ -138,6 +138,8 @@ def cmd_write(args: argparse.Namespace) -> int:
     _check_write_args(args)
     opts = _write_options(args)
     table = HudiTable.open(options.table_path(args.path))
+    if args.engine == "spark":
+        return _write_with_spark(args, table, opts)
     data: pa.Table | None = None
     if args.input is not None:
         data = dataio.read_input(args.input, args.format, table.schema())
@@ -165,21 +167,45 @@ def cmd_write(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _write_with_spark(args: argparse.Namespace, table: HudiTable, opts: dict[str, str]) -> int:
+    log_event(log, logging.INFO, "write started", table=table.base_path, operation=args.op, engine="spark")
+    started = time.monotonic()
+    result = engine.write(args, table.base_path, table.schema(), opts)
+    summary = result.summary() if result is not None else _skipped_summary(args.op)
+    elapsed = round(time.monotonic() - started, 3)
+    log_event(
+        log,
+        logging.INFO,
+        "write finished",
+        table=table.base_path,
+        engine="spark",
+        elapsed_s=elapsed,
+        **summary,
+    )
+    _print_json(summary)
+    return EXIT_OK
+
+
 # ------------------------------------------------------------------------------ read
 
 
 def cmd_read(args: argparse.Namespace) -> int:
     table = HudiTable.open(options.table_path(args.path))
     started = time.monotonic()
-    result = table.read(
-        as_of=args.as_of,
-        query_type=args.query_type,
-        columns=options.split_list(args.columns, "--columns"),
-        filters=filters.parse_filters(args.filter),
-        meta_columns=not args.no_meta,
-    )
-    if args.limit is not None:
-        result = result.slice(0, args.limit)
+    columns = options.split_list(args.columns, "--columns")
+    row_filters = filters.parse_filters(args.filter)
+    if args.engine == "spark":
+        result = engine.read(args, table.base_path, columns, row_filters)
+    else:
+        result = table.read(
+            as_of=args.as_of,
+            query_type=args.query_type,
+            columns=columns,
+            filters=row_filters,
+            meta_columns=not args.no_meta,
+        )
+        if args.limit is not None:
+            result = result.slice(0, args.limit)
     elapsed = round(time.monotonic() - started, 3)
     log_event(
         log, logging.INFO, "read finished", table=table.base_path, rows=result.num_rows, elapsed_s=elapsed
@@ -284,7 +310,10 @@ def cmd_compaction_run(args: argparse.Namespace) -> int:
     if args.schedule:
         instant = table.schedule_compaction(opts)
     started = time.monotonic()
-    result = table.run_compaction(instant, opts, force=args.force)
+    if args.engine == "spark":
+        result = engine.run_compaction(args, table.base_path, instant, opts)
+    else:
+        result = table.run_compaction(instant, opts, force=args.force)
     if result is None:
         log_event(log, logging.INFO, "no pending compaction", table=table.base_path)
         _print_json({"instant": None, "completion_time": None, "action": None, "operation": "COMPACT"})

@@ -21,6 +21,7 @@ from inlet.services import logs
 from inlet.services.cli import commands
 from inlet.services.cli.coordinator import add_coordinator_commands
 from inlet.services.cli.dataio import INPUT_FORMATS
+from inlet.services.cli.engine import add_engine_options
 from inlet.services.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
 from inlet.services.cli.options import (
     TABLE_PATH_ENV,
@@ -325,6 +326,7 @@ def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         metavar="KEY=VALUE",
         help="Hudi write option, e.g. hoodie.parquet.max.file.size=134217728 (repeatable)",
     )
+    add_engine_options(p)
 
 
 def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
@@ -362,6 +364,7 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("--output", metavar="FILE.parquet", help="write a Parquet file instead of JSON lines")
     p.add_argument("--no-meta", action="store_true", help="leave out the _hoodie_* meta columns")
     p.add_argument("--limit", type=int_at_least(0), metavar="N", help="return at most N rows")
+    add_engine_options(p)
 
 
 # ------------------------------------------------------------------------------ timeline / rollback
@@ -508,6 +511,7 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
     )
     _add_compaction_plan_options(run)
     _add_compaction_option(run)
+    add_engine_options(run)
     show = _add_command(
         sub,
         "show",
