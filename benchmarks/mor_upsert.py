@@ -33,7 +33,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-ENGINES = ("inlet-mor", "inlet-cow", "delta", "iceberg", "floor")
+SPARK_ENGINES = ("spark-mor-bucket", "spark-mor-simple", "spark-cow-bucket", "spark-cow-simple")
+ENGINES = ("inlet-mor", "inlet-cow", *SPARK_ENGINES, "delta", "iceberg", "floor")
+DEFAULT_ENGINES = (
+    "inlet-mor",
+    "inlet-cow",
+    "spark-mor-bucket",
+    "spark-cow-bucket",
+    "delta",
+    "iceberg",
+    "floor",
+)
 DEFAULT_SIZES = (1_000_000, 10_000_000)
 DELETE_FLAG = "_delete"  # the batch's delete marker; each engine maps it to its own convention
 HUDI_IS_DELETED = "_hoodie_is_deleted"
@@ -58,6 +68,11 @@ Engines ({", ".join(ENGINES)}):
   inlet-mor  Inlet HudiTable MERGE_ON_READ: load with bulk_insert, each batch one upsert with a
              _hoodie_is_deleted flag for the deletes, read with read(meta_columns=False)
   inlet-cow  the same on a COPY_ON_WRITE table (--index and --buckets apply to both Inlet engines)
+  spark-<mor|cow>-<bucket|simple>
+             Inlet's Spark engine (inlet.core.spark.write, local[--spark-cores] session, Hudi's
+             option names) on a MERGE_ON_READ or COPY_ON_WRITE table with that index (--buckets
+             buckets): the same load and upserts from a DataFrame made of the Arrow batch; read with
+             inlet.core.spark.read(...).toArrow(). The Spark session starts before the load, untimed
   delta      deltalake: write_deltalake, then per batch (deduplicated, later wins) one MERGE:
              when matched and deleted -> delete, when matched -> update all, when not matched and
              not deleted -> insert all; read with DeltaTable.to_pyarrow_table()
@@ -88,7 +103,8 @@ notes:
              an updated_at checksum (catches a stale version winning); floor is checked against every
              row it wrote, since it does not merge
   start RSS  the engine process's memory high-water mark after imports and building the load input
-  peak RSS   the high-water mark over the whole run (VmHWM); floor is the baseline for the input data
+  peak RSS   the high-water mark over the whole run (VmHWM); floor is the baseline for the input data;
+             for Spark engines the sum of the Python driver's, the JVM's and live Python workers' marks
   written    growth of the table directory per batch (no engine cleans old file versions in the run)"""
 
 # ---------------------------------------------------------------------------------- workload
@@ -288,6 +304,67 @@ class InletEngine:
         return table
 
 
+class SparkEngine:
+    """Inlet's Spark engine: ``inlet.core.spark.write`` / ``read`` in a local Spark session."""
+
+    def __init__(
+        self, path: Path, table_type: str, index: str, buckets: int, options: dict[str, str]
+    ) -> None:
+        from pyspark.sql import SparkSession
+
+        import inlet.core.spark as inlet_spark
+
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        cores = int(options.pop("spark.cores", "2"))
+        memory = options.pop("spark.driver.memory", "4g")
+        self.spark = (
+            SparkSession.builder.master(f"local[{cores}]")
+            .appName("inlet-bench")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.memory", memory)
+            .config("spark.sql.shuffle.partitions", str(max(2, cores * 2)))
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            .getOrCreate()
+        )
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.inlet_spark = inlet_spark
+        self.path = path
+        self.options = {
+            "hoodie.table.name": "bench",
+            "hoodie.datasource.write.recordkey.field": "id",
+            "hoodie.datasource.write.precombine.field": "ts",
+            "hoodie.datasource.write.table.type": table_type,
+            "hoodie.index.type": index.upper(),
+            "hoodie.bucket.index.num.buckets": str(buckets),
+            **options,
+        }
+
+    def _df(self, data: pa.Table) -> Any:
+        names = [HUDI_IS_DELETED if c == DELETE_FLAG else c for c in data.column_names]
+        return self.spark.createDataFrame(data.rename_columns(names))
+
+    def load(self, data: pa.Table) -> None:
+        flag = pa.array(np.zeros(data.num_rows, dtype=bool))
+        df = self._df(data.append_column(HUDI_IS_DELETED, flag))
+        self.inlet_spark.write(
+            df, str(self.path), {**self.options, "hoodie.datasource.write.operation": "bulk_insert"}
+        )
+
+    def apply(self, batch: pa.Table) -> None:
+        self.inlet_spark.write(
+            self._df(batch), str(self.path), {**self.options, "hoodie.datasource.write.operation": "upsert"}
+        )
+
+    def read(self) -> pa.Table:
+        df = self.inlet_spark.read(self.spark, str(self.path), {})
+        table: pa.Table = df.drop(*[c for c in df.columns if c.startswith("_hoodie")]).toArrow()
+        return table
+
+
 class DeltaEngine:
     def __init__(self, path: Path) -> None:
         import deltalake  # imported here: module import time is not part of the load
@@ -380,11 +457,24 @@ class FloorEngine:
         return self.pq.read_table(self.path)
 
 
-def make_engine(name: str, path: Path, index: str, buckets: int, inlet_options: dict[str, str]) -> Engine:
+def make_engine(
+    name: str,
+    path: Path,
+    index: str,
+    buckets: int,
+    inlet_options: dict[str, str],
+    spark_options: dict[str, str] | None = None,
+) -> Engine:
+    spark_options = spark_options or {}
     if name == "inlet-mor":
         return InletEngine(path, "MERGE_ON_READ", index, buckets, inlet_options)
     if name == "inlet-cow":
         return InletEngine(path, "COPY_ON_WRITE", index, buckets, inlet_options)
+    if name in SPARK_ENGINES:
+        _, table_type, spark_index = name.split("-")
+        options = {**inlet_options, **spark_options}
+        kind = "MERGE_ON_READ" if table_type == "mor" else "COPY_ON_WRITE"
+        return SparkEngine(path, kind, spark_index, buckets, options)
     if name == "delta":
         return DeltaEngine(path)
     if name == "iceberg":
@@ -409,6 +499,7 @@ class Job:
     index: str
     buckets: int
     inlet_options: dict[str, str]
+    spark_options: dict[str, str] = field(default_factory=dict)
 
     @property
     def spec(self) -> WorkloadSpec:
@@ -440,18 +531,45 @@ class RunResult:
         return sum(self.batch_s) / len(self.batch_s) if self.batch_s else None
 
 
-def peak_rss() -> int:
-    """This process's resident-set high-water mark in bytes."""
+def _vm_hwm(pid: int | str) -> int:
     try:
-        with open("/proc/self/status", encoding="ascii") as f:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    import resource
+    return 0
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def peak_rss() -> int:
+    """The resident-set high-water mark in bytes of this process plus its live child processes
+    (Spark's JVM and its Python workers); on systems without /proc, this process alone."""
+    own = _vm_hwm("self")
+    if own == 0:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return own + sum(_vm_hwm(pid) for pid in _descendants(os.getpid()))
 
 
 def dir_size(path: Path) -> int:
@@ -489,7 +607,9 @@ def run_child(job: Job) -> int:
         save()
 
     try:
-        engine = make_engine(job.engine, path, job.index, job.buckets, job.inlet_options)
+        engine = make_engine(
+            job.engine, path, job.index, job.buckets, dict(job.inlet_options), dict(job.spark_options)
+        )
         workload = Workload(job.spec)
         data = load_table(job.spec)
         result.start_rss = peak_rss()
@@ -671,7 +791,7 @@ def growth_report(
 
 def environment() -> str:
     versions = []
-    for dist in ("pyarrow", "numpy", "deltalake", "pyiceberg", "inlet-core"):
+    for dist in ("pyarrow", "numpy", "pyspark", "deltalake", "pyiceberg", "inlet-core"):
         try:
             versions.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
@@ -736,8 +856,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--engines",
         type=parse_engines,
-        default=list(ENGINES),
-        help=f"comma-separated engines to run, in this order (default {','.join(ENGINES)})",
+        default=list(DEFAULT_ENGINES),
+        help=f"comma-separated engines to run, in this order, from {', '.join(ENGINES)} "
+        f"(default {','.join(DEFAULT_ENGINES)})",
     )
     parser.add_argument(
         "--index", choices=("simple", "bucket"), default="simple", help="Inlet index (default simple)"
@@ -752,6 +873,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="a Hudi write option for both Inlet engines (repeatable), e.g. hoodie.parquet.small.file.limit=0",
+    )
+    parser.add_argument(
+        "--spark-cores", type=int, default=2, help="local[N] cores of Spark engines (default 2)"
+    )
+    parser.add_argument(
+        "--spark-driver-memory", default="4g", help="spark.driver.memory of Spark engines (default 4g)"
     )
     parser.add_argument(
         "--workdir",
@@ -816,6 +943,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     index=args.index,
                     buckets=args.buckets,
                     inlet_options=dict(args.inlet_option),
+                    spark_options={
+                        "spark.cores": str(args.spark_cores),
+                        "spark.driver.memory": args.spark_driver_memory,
+                    },
                 )
                 print(f"-- {engine} @ {size:,} rows", file=sys.stderr, flush=True)
                 result = run_engine(job, args.timeout or None)
