@@ -221,15 +221,23 @@ def test_bad_input_is_refused_before_anything_is_written(spark: SparkSession, tm
             path,
             hudi_options(),
         )
-    null_key = spark.createDataFrame([("c", "sf", 1, 1.0), (None, "sf", 1, 2.0)], TRIPS)
-    with pytest.raises(InvalidInputError, match="null or empty"):  # found on an executor
-        inlet_spark.write(null_key, path, hudi_options())
     table = HudiTable.open(path)
-    after = (
+    assert (
         [i.file_name() for i in table.instants()],
         sorted(f.path for f in list_data_files(table.storage)),
-    )
-    assert after == before
+    ) == before
+
+    # a null key is found by the executors while the write is planned, after its instant began
+    # (planning must follow the begin, for optimistic concurrency): the instant is rolled back
+    null_key = spark.createDataFrame([("c", "sf", 1, 1.0), (None, "sf", 1, 2.0)], TRIPS)
+    with pytest.raises(InvalidInputError, match="null or empty"):
+        inlet_spark.write(null_key, path, hudi_options())
+    table = HudiTable.open(path)
+    instants = table.instants()
+    assert [i.file_name() for i in instants if i.action != "rollback"] == before[0]
+    [rb] = [i for i in instants if i.action == "rollback"]
+    assert rb.is_completed
+    assert sorted(f.path for f in list_data_files(table.storage)) == before[1]
 
 
 def test_commit_goes_through_the_given_protocol(spark: SparkSession, tmp_path: Path) -> None:

@@ -247,12 +247,6 @@ def test_nbcc_same_key_updates_merge_in_instant_time_order(e2e: Any) -> None:
     assert not wrong, f"expected (instant-time order) {expected}, but {wrong}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (core writers.write_table + commit.find_conflicts): the write is planned (file slices "
-    "read) before protocol.begin, and OCC only checks commits completed after the instant time, so a "
-    "commit completing between plan and begin is overwritten without a conflict (lost update)",
-)
 def test_occ_commit_completed_between_plan_and_begin_is_not_lost(e2e: Any) -> None:
     """Writer a plans its upsert of file group g (reads the file slice), then writer b upserts
     another key of g and commits, then a begins, writes and commits. a's rewrite of g must not drop

@@ -1156,22 +1156,33 @@ def remove_stray_files(storage: Storage, instant_time: str, written: Iterable[st
     return stray
 
 
+@dataclass
+class PlannedWrite:
+    """What an engine planned: the workload profile for the inflight file, the files to write
+    (``execute(instant)`` returns their write stats) and, for replace operations, the replaced file ids."""
+
+    planned: CommitMetadata
+    execute: Callable[[Instant], Iterable[WriteStat]]
+    replaced: dict[str, list[str]] | None = None
+
+
 def run_write(
     table: HudiTable,
     op: WriteOperation,
-    planned: CommitMetadata,
-    execute: Callable[[Instant], Iterable[WriteStat]],
+    plan: Callable[[], PlannedWrite],
     *,
     options: dict[str, str],
     avro_schema: str,
-    replaced: dict[str, list[str]] | None,
     extra_metadata: dict[str, str],
 ) -> CommitResult:
-    """Begin an instant, run the write, and commit it or roll it back: the discipline every engine
-    shares.
+    """Begin an instant, plan and run the write, and commit it or roll it back: the discipline
+    every engine shares.
 
-    ``<t>.requested``, a heartbeat, ``<t>.inflight`` holding ``planned`` (the workload profile),
-    then ``execute(instant)`` writes the files and returns their write stats (locally, or as stats
+    ``<t>.requested`` and a heartbeat come first, and only then ``plan()`` reads the file slices it
+    rewrites or appends to: optimistic concurrency checks the commits that complete after the
+    instant began, so a commit completing between planning and beginning would otherwise be
+    overwritten unseen (a lost update). Then ``<t>.inflight`` holds the planned workload profile,
+    and ``execute(instant)`` writes the files and returns their write stats (locally, or as stats
     collected from executors). Files named by markers but not by the stats (failed or duplicate
     task attempts) are deleted, then the commit protocol completes the instant (conflict check,
     atomic rename). Any failure rolls the instant back (its marked files are deleted); a crash
@@ -1192,12 +1203,14 @@ def run_write(
     beat = heartbeat.Heartbeat(table.storage, instant.time, interval).start()
     try:
         faults.crash_point(faults.AFTER_REQUESTED)
-        protocol.set_inflight(instant, planned.to_bytes())
+        planned = plan()
+        protocol.set_inflight(instant, planned.planned.to_bytes())
         faults.crash_point(faults.AFTER_INFLIGHT)
         metadata = CommitMetadata(operation_type=op.value)
-        for stat in execute(instant):
+        for stat in planned.execute(instant):
             metadata.add(stat)
         faults.crash_point(faults.AFTER_DATA_FILES)
+        replaced = planned.replaced
         if replaced is not None:
             metadata.partition_to_replace_file_ids = replaced
             for p in replaced:
@@ -1287,27 +1300,24 @@ def write_table(
             batch = prepare(table, arrow, op, options)
 
     rollback_failed_writes(table)
-    plan = plan_write(table, batch, options, partitions)
 
-    def execute(instant: Instant) -> list[WriteStat]:
-        ctx = write_context(table, instant.time, op, batch.schema, batch.avro_schema, options)
-        for p in sorted({g.partition for g in plan.file_groups}):
-            ensure_partition_metadata(table.storage, p, instant.time)
-        stats = []
-        for task_id, fg in enumerate(plan.file_groups):
-            write = write_log_group if fg.log else write_file_group
-            stats.append(write(table.storage, ctx, fg, task_id))
-        return stats
+    def plan() -> PlannedWrite:
+        file_plan = plan_write(table, batch, options, partitions)
+
+        def execute(instant: Instant) -> list[WriteStat]:
+            ctx = write_context(table, instant.time, op, batch.schema, batch.avro_schema, options)
+            for p in sorted({g.partition for g in file_plan.file_groups}):
+                ensure_partition_metadata(table.storage, p, instant.time)
+            stats = []
+            for task_id, fg in enumerate(file_plan.file_groups):
+                write = write_log_group if fg.log else write_file_group
+                stats.append(write(table.storage, ctx, fg, task_id))
+            return stats
+
+        return PlannedWrite(_planned_metadata(file_plan, op), execute, file_plan.replaced)
 
     return run_write(
-        table,
-        op,
-        _planned_metadata(plan, op),
-        execute,
-        options=options,
-        avro_schema=batch.avro_schema,
-        replaced=plan.replaced,
-        extra_metadata=extra_metadata,
+        table, op, plan, options=options, avro_schema=batch.avro_schema, extra_metadata=extra_metadata
     )
 
 

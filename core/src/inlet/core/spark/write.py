@@ -935,93 +935,98 @@ def _run(
     session: _Session,
 ) -> CommitResult:
     op = prepared.op
-    view = table.file_system_view()
-    level = _storage_level(options)
-    crash_at = options.get(opt.CRASH_AT)
-    bucket = table.index_type is IndexType.BUCKET
-    plan = SparkPlan()
-    records: DataFrame | None = None
-    lookup = False
-    incoming: list[str] = []
-    if prepared.keyed is not None:
-        assert spark is not None
-        keyed = session.persist(prepared.keyed, level)
-        if op is WriteOperation.DELETE_PARTITION:
-            rows = run_job("listing partitions", lambda: keyed.select(col(PARTITION)).distinct().collect())
-            incoming = sorted(r[0] for r in rows)
-        elif bucket:
-            counts = _counts_by(keyed, [PARTITION, BUCKET], table.ordering_field)
-            incoming = sorted({k[0] for k in counts})
-            plan = plan_buckets(table, op, view, {(k[0], int(k[1])): c for k, c in counts.items()})
-            records = keyed
-        elif op is WriteOperation.UPSERT or op is WriteOperation.DELETE:
-            lookup = True  # the simple index looks the keys up
-            records = session.persist(_tag(spark, table, view, keyed), level)
-            by_group = _counts_by(records, [PARTITION, TAGGED], table.ordering_field)
-            tagged = {(k[0], k[1]): c for k, c in by_group.items() if k[1] is not None}
-            inserts: dict[str, int] = {}
-            for k, c in by_group.items():
-                if k[1] is None:
-                    inserts[k[0]] = inserts.get(k[0], 0) + c.live
-            incoming = sorted({k[0] for k in by_group})
-            plan = plan_simple(table, op, view, options, inserts, tagged)
-        else:
-            counts = _counts_by(keyed, [PARTITION], table.ordering_field)
-            incoming = sorted({k[0] for k in counts})
-            live = {k[0]: c.live for k, c in counts.items()}
-            if op is WriteOperation.INSERT:
-                plan = plan_simple(table, op, view, options, live, {})
-            else:  # bulk_insert, insert_overwrite(_table): new files, written where the rows are
-                plan.bulk_rows = {p: n for p, n in live.items() if n}
-                plan.per_file = writers.records_per_file(view, options)
-            records = keyed
-    if op.is_replace:
-        targets = _replace_targets(op, view, incoming, partitions)
-        plan.replaced = {p: [g.file_id for g in view.file_groups(p)] for p in targets}
-    plan.numbered()
-    parallelism = (
-        _parallelism(
-            spark, options, op, (spark.sparkContext.defaultParallelism * 2) if spark is not None else 1
-        )
-        if spark is not None
-        else 1
-    )
 
-    def execute(instant: Instant) -> list[WriteStat]:
-        ctx = writers.write_context(table, instant.time, op, prepared.schema, prepared.avro_schema, options)
-        for p in plan.partitions():
-            writers.ensure_partition_metadata(table.storage, p, instant.time)
-        if records is None or spark is None:
-            return []
-        if plan.bulk_rows is not None:
-            if not plan.bulk_rows:
-                return []
-            sort = (
-                WriteConfig.BULK_INSERT_SORT_MODE.require(options)
-                if op is WriteOperation.BULK_INSERT
-                else BulkInsertSortMode.NONE
+    def plan_it() -> writers.PlannedWrite:
+        # planned after the instant began (see writers.run_write): the file slices read here are
+        # the ones optimistic concurrency control protects
+        view = table.file_system_view()
+        level = _storage_level(options)
+        crash_at = options.get(opt.CRASH_AT)
+        bucket = table.index_type is IndexType.BUCKET
+        plan = SparkPlan()
+        records: DataFrame | None = None
+        lookup = False
+        incoming: list[str] = []
+        if prepared.keyed is not None:
+            assert spark is not None
+            keyed = session.persist(prepared.keyed, level)
+            if op is WriteOperation.DELETE_PARTITION:
+                rows = run_job(
+                    "listing partitions", lambda: keyed.select(col(PARTITION)).distinct().collect()
+                )
+                incoming = sorted(r[0] for r in rows)
+            elif bucket:
+                counts = _counts_by(keyed, [PARTITION, BUCKET], table.ordering_field)
+                incoming = sorted({k[0] for k in counts})
+                plan = plan_buckets(table, op, view, {(k[0], int(k[1])): c for k, c in counts.items()})
+                records = keyed
+            elif op is WriteOperation.UPSERT or op is WriteOperation.DELETE:
+                lookup = True  # the simple index looks the keys up
+                records = session.persist(_tag(spark, table, view, keyed), level)
+                by_group = _counts_by(records, [PARTITION, TAGGED], table.ordering_field)
+                tagged = {(k[0], k[1]): c for k, c in by_group.items() if k[1] is not None}
+                inserts: dict[str, int] = {}
+                for k, c in by_group.items():
+                    if k[1] is None:
+                        inserts[k[0]] = inserts.get(k[0], 0) + c.live
+                incoming = sorted({k[0] for k in by_group})
+                plan = plan_simple(table, op, view, options, inserts, tagged)
+            else:
+                counts = _counts_by(keyed, [PARTITION], table.ordering_field)
+                incoming = sorted({k[0] for k in counts})
+                live = {k[0]: c.live for k, c in counts.items()}
+                if op is WriteOperation.INSERT:
+                    plan = plan_simple(table, op, view, options, live, {})
+                else:  # bulk_insert, insert_overwrite(_table): new files, written where the rows are
+                    plan.bulk_rows = {p: n for p, n in live.items() if n}
+                    plan.per_file = writers.records_per_file(view, options)
+                records = keyed
+        if op.is_replace:
+            targets = _replace_targets(op, view, incoming, partitions)
+            plan.replaced = {p: [g.file_id for g in view.file_groups(p)] for p in targets}
+        plan.numbered()
+        parallelism = (
+            _parallelism(
+                spark, options, op, (spark.sparkContext.defaultParallelism * 2) if spark is not None else 1
             )
-            job = BulkJob(ctx, plan.per_file, crash_at)
-            out = _bulk_input(records, sort, parallelism).mapInArrow(partial(write_bulk, job), STATS_SCHEMA)
-        else:
-            if not plan.groups:
-                return []
-            routed = _route(spark, table, records, plan, lookup)
-            n = max(1, min(len(plan.groups), parallelism))
-            grouped = routed.repartition(n, col(PARTITION), col(FILE_ID)).groupBy(
-                col(PARTITION), col(FILE_ID)
+            if spark is not None
+            else 1
+        )
+
+        def execute(instant: Instant) -> list[WriteStat]:
+            ctx = writers.write_context(
+                table, instant.time, op, prepared.schema, prepared.avro_schema, options
             )
-            out = grouped.applyInArrow(group_writer(GroupJob(ctx, plan.groups, crash_at)), STATS_SCHEMA)
-        rows: list[Row] = run_job("writing files", out.collect)
-        return [_stat_of(r["stat"]) for r in rows]
+            for p in plan.partitions():
+                writers.ensure_partition_metadata(table.storage, p, instant.time)
+            if records is None or spark is None:
+                return []
+            if plan.bulk_rows is not None:
+                if not plan.bulk_rows:
+                    return []
+                sort = (
+                    WriteConfig.BULK_INSERT_SORT_MODE.require(options)
+                    if op is WriteOperation.BULK_INSERT
+                    else BulkInsertSortMode.NONE
+                )
+                job = BulkJob(ctx, plan.per_file, crash_at)
+                out = _bulk_input(records, sort, parallelism).mapInArrow(
+                    partial(write_bulk, job), STATS_SCHEMA
+                )
+            else:
+                if not plan.groups:
+                    return []
+                routed = _route(spark, table, records, plan, lookup)
+                n = max(1, min(len(plan.groups), parallelism))
+                grouped = routed.repartition(n, col(PARTITION), col(FILE_ID)).groupBy(
+                    col(PARTITION), col(FILE_ID)
+                )
+                out = grouped.applyInArrow(group_writer(GroupJob(ctx, plan.groups, crash_at)), STATS_SCHEMA)
+            rows: list[Row] = run_job("writing files", out.collect)
+            return [_stat_of(r["stat"]) for r in rows]
+
+        return writers.PlannedWrite(plan.planned_metadata(op), execute, plan.replaced)
 
     return writers.run_write(
-        table,
-        op,
-        plan.planned_metadata(op),
-        execute,
-        options=options,
-        avro_schema=prepared.avro_schema,
-        replaced=plan.replaced,
-        extra_metadata=extra,
+        table, op, plan_it, options=options, avro_schema=prepared.avro_schema, extra_metadata=extra
     )
