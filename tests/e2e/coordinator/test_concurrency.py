@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pytest
 
 from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
