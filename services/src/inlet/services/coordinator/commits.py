@@ -127,6 +127,12 @@ class Coordinator:
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.lock_lease_ms = lock_lease_ms
         self.id = coordinator_id or f"coordinator-{uuid.uuid4().hex[:12]}"
+        self._started = time.monotonic()
+
+    def _just_started(self, timeout_ms: int) -> bool:
+        """While this coordinator has run for less than a heartbeat timeout, silence proves nothing:
+        writers could not reach it (or any replica) to beat while it was down."""
+        return (time.monotonic() - self._started) * 1000 <= timeout_ms
 
     # ------------------------------------------------------------------ helpers
 
@@ -288,6 +294,7 @@ class Coordinator:
                             f"request id {request_id!r} was used for {done.action} {done.instant_time}"
                         )
                     instant = Instant(done.instant_time, done.action, State.REQUESTED)
+                    tx.heartbeat(table_id, done.instant_time)  # its writer is alive: it is asking
                     if done.state == State.REQUESTED.value:
                         # the first call may have died between its commit and writing the file
                         self._write_requested(table, instant, requested_content)
@@ -692,7 +699,12 @@ class Coordinator:
             tl = self.timeline(table)
             self._reconcile(tx, table, tl)
             row = tx.instant(table_id, t, lock=True)
-            if row is None or not row.pending or row.heartbeat_age_ms <= table.heartbeat_timeout_ms:
+            if (
+                row is None
+                or not row.pending
+                or row.heartbeat_age_ms <= table.heartbeat_timeout_ms
+                or self._just_started(table.heartbeat_timeout_ms)
+            ):
                 return None
             current = self._on_timeline(tl, t)
             if current is None and row.action != Action.ROLLBACK:
