@@ -156,7 +156,8 @@ def test_crash_right_after_begin_leaves_no_orphan_instant(e2e: Any) -> None:
     coordinator = e2e.coordinator(crash_at="begin_file", crash_nth=1)
     path = e2e.cow_table("orphan")
     with e2e.client(coordinator) as client:
-        client.register_table("orphan", str(path), heartbeat_timeout_ms=1000)
+        # a timeout longer than the restart plus the client's reconnect backoff: the writer is alive
+        client.register_table("orphan", str(path), heartbeat_timeout_ms=15000)
     rows = e2e.rows([1], "a", 1, 1.0)
     w = e2e.writer(
         coordinator, "orphan", path, "w", [{"op": "upsert", "rows": rows}], retries=400, max_backoff_s=0.2
