@@ -808,18 +808,29 @@ def _check_log_deletes(table: HudiTable, plan: WritePlan) -> None:
     record's; Apache Hudi refuses records without an ordering value, and a null one cannot be
     compared, so such input is refused before anything is written.
     """
-    ordering = table.ordering_field
-    if table.merge_mode is not MergeMode.EVENT_TIME_ORDERING or not ordering:
-        return
     for g in plan.file_groups:
-        if not g.log or g.explicit_deletes or ordering not in g.records.column_names:
-            continue
-        deleted = g.records.filter(g.records.column(DELETED))
-        if deleted.num_rows and deleted.column(ordering).null_count:
-            raise InvalidInputError(
-                f"{IS_DELETED_COLUMN} rows need a value in the ordering field {ordering!r} on a "
-                "Merge-on-Read table (the delete block records it)"
-            )
+        if g.log and not g.explicit_deletes:
+            check_soft_delete_ordering(table, g.records)
+
+
+def check_soft_delete_ordering(table: HudiTable, records: pa.Table) -> None:
+    """Refuse ``_hoodie_is_deleted`` rows without an ordering value where a delete block would
+    have to carry it (Merge-on-Read, event-time ordering). The local engine checks a whole batch
+    before its instant begins; planning checks the rows bound for log files."""
+    ordering = table.ordering_field
+    if (
+        table.table_type is not TableType.MERGE_ON_READ
+        or table.merge_mode is not MergeMode.EVENT_TIME_ORDERING
+        or not ordering
+        or ordering not in records.column_names
+    ):
+        return
+    deleted = records.filter(records.column(DELETED))
+    if deleted.num_rows and deleted.column(ordering).null_count:
+        raise InvalidInputError(
+            f"{IS_DELETED_COLUMN} rows need a value in the ordering field {ordering!r} on a "
+            "Merge-on-Read table (the delete block records it)"
+        )
 
 
 # ---------------------------------------------------------------------------------- execute
@@ -1299,6 +1310,8 @@ def write_table(
         else:
             batch = prepare(table, arrow, op, options)
 
+    if op is not WriteOperation.DELETE:
+        check_soft_delete_ordering(table, batch.records)  # refused before the instant begins
     rollback_failed_writes(table)
 
     def plan() -> PlannedWrite:
