@@ -822,8 +822,14 @@ def check_soft_delete_ordering(table: HudiTable, records: pa.Table) -> None:
         table.table_type is not TableType.MERGE_ON_READ
         or table.merge_mode is not MergeMode.EVENT_TIME_ORDERING
         or not ordering
-        or ordering not in records.column_names
     ):
+        return
+    refuse_null_ordering_deletes(records, ordering)
+
+
+def refuse_null_ordering_deletes(records: pa.Table, ordering: str | None) -> None:
+    """:func:`check_soft_delete_ordering` for records known to go to a log file of such a table."""
+    if not ordering or ordering not in records.column_names:
         return
     deleted = records.filter(records.column(DELETED))
     if deleted.num_rows and deleted.column(ordering).null_count:

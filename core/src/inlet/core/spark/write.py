@@ -77,6 +77,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from inlet.core import errors, faults, writers
+from inlet.core import merge as merging
 from inlet.core.commit import CommitProtocol
 from inlet.core.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.config import (
@@ -177,10 +178,10 @@ def _task() -> tuple[int, int, int, int]:
     return tc.partitionId(), tc.stageId(), tc.taskAttemptId(), tc.attemptNumber()
 
 
-def _maybe_crash(point: str | None, here: str, first_task: bool) -> None:
-    """Fault injection (tests): die like a killed executor at ``point`` in the first attempt of
-    the first task, through the core's :func:`inlet.core.faults.crash_point`."""
-    if point != here or not first_task or _task()[3] != 0:
+def _maybe_crash(point: str | None, here: str, chosen: bool) -> None:
+    """Fault injection (tests): die like a killed executor at ``point`` in the first attempt of a
+    ``chosen`` task, through the core's :func:`inlet.core.faults.crash_point`."""
+    if point != here or not chosen or _task()[3] != 0:
         return
     os.environ["INLET_CRASH_AT"] = point
     faults.crash_point(point)
@@ -415,6 +416,86 @@ def write_bulk(job: BulkJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
             yield flush(p, pa.concat_tables(buffers[p]))
 
 
+@dataclass(frozen=True)
+class BucketJob:
+    """A bucket-index write done in one pass: records arrive shuffled by (partition, bucket), and
+    each task dedupes, routes and writes the buckets it holds (no counting job first)."""
+
+    ctx: WriteContext
+    layout: BucketLayout
+    combine: MergeMode | None  # how records are deduplicated by key first (None: they are not)
+    check_log_deletes: bool  # soft deletes bound for log files need their ordering value
+    crash_at: str | None = None
+
+
+def _runs(*columns: pa.ChunkedArray) -> list[tuple[int, int]]:
+    """(start, end) of the runs of equal values of ``columns`` (rows sorted by them)."""
+    n = len(columns[0])
+    if n == 0:
+        return []
+    change = np.zeros(n - 1, dtype=bool)
+    for c in columns:
+        a = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+        change |= np.asarray(pc.not_equal(a.slice(0, n - 1), a.slice(1)).to_numpy(zero_copy_only=False))
+    starts = [0, *(np.flatnonzero(change) + 1).tolist()]
+    return list(zip(starts, [*starts[1:], n], strict=True))
+
+
+def write_buckets(job: BucketJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body of :class:`BucketJob`: for each (partition, bucket) the task holds, in
+    arrival order, dedupe, then append a log file or write a new base file of the bucket's file
+    group (one stat row each)."""
+    pid, stage, attempt_id, _ = _task()
+    ctx, layout = job.ctx, job.layout
+    received = [b for b in batches if b.num_rows]
+    if not received:
+        return
+    data = pa.Table.from_batches(received)
+    data = data.take(
+        pc.sort_indices(data, [(PARTITION, "ascending"), (BUCKET, "ascending"), (SEQ, "ascending")])
+    )
+    storage = Storage(ctx.base_uri)
+    out_schema = pa.schema([("partition", pa.string()), ("stat", pa.string())])
+    partitions: set[str] = set()
+    written = 0
+    for start, end in _runs(data.column(PARTITION), data.column(BUCKET)):
+        rows = data.slice(start, end - start)
+        partition = rows.column(PARTITION)[0].as_py()
+        bucket = rows.column(BUCKET)[0].as_py()
+        if job.combine is not None:
+            rows = merging.dedupe(rows, job.combine, ctx.ordering_field)
+        deleted = rows.column(DELETED)
+        live = rows.num_rows - (pc.sum(deleted).as_py() or 0)
+        spec = layout.target(partition, bucket, rows.num_rows, live)
+        if spec is None:
+            continue
+        if (partition, bucket) not in layout.existing:
+            rows = writers._without_deletes(rows)  # nothing stored to delete
+        elif spec.log and job.check_log_deletes and not spec.explicit:
+            writers.refuse_null_ordering_deletes(rows, ctx.ordering_field)
+        if partition not in partitions:
+            writers.ensure_partition_metadata(storage, partition, ctx.instant_time)
+            partitions.add(partition)
+        fg = FileGroupWrite(
+            partition,
+            spec.file_id,
+            spec.base_file,
+            _records(rows, ctx, arrival_order=False),
+            explicit_deletes=spec.explicit,
+            concat=spec.concat,
+            log=spec.log,
+            tagged=spec.tagged,
+        )
+        write = writers.write_log_group if spec.log else writers.write_file_group
+        stat = write(storage, ctx, fg, pid, attempt=attempt_id, stage_id=stage, seq_start=written)
+        written += rows.num_rows
+        # which tasks hold buckets is the shuffle's choice: each one's first attempt may die
+        _maybe_crash(job.crash_at, faults.AFTER_DATA_FILES, True)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([partition]), pa.array([_stat_json(stat)])], schema=out_schema
+        )
+
+
 # ------------------------------------------------------------------------------ the plan (driver)
 
 
@@ -525,53 +606,79 @@ def _check_log_deletes(table: HudiTable, plan: SparkPlan, counts: Mapping[tuple[
             )
 
 
+@dataclass(frozen=True)
+class BucketLayout:
+    """Where the records of each (partition path, bucket) of a bucket-index write go: the file
+    groups that exist (from the driver's view of the table) and how a missing one is named and
+    written. Plain values, so that executors can route records themselves."""
+
+    existing: Mapping[tuple[str, int], tuple[str, BaseFile | None]]
+    mor: bool
+    nbcc: bool
+    replace: bool
+    explicit: bool  # the delete operation: its deletes win regardless of ordering
+    concat: bool  # insert / bulk_insert: appended without merging stored records
+
+    @classmethod
+    def of(cls, table: HudiTable, op: WriteOperation, view: FileSystemView) -> BucketLayout:
+        mor = table.table_type is TableType.MERGE_ON_READ
+        existing: dict[tuple[str, int], tuple[str, BaseFile | None]] = {}
+        if not op.is_replace:
+            for s in view.latest_file_slices():
+                b = bucket_of_file_id(s.file_id)
+                if b is not None:
+                    base = s.base_file if mor else writers._latest(view, s.partition, s.file_id)
+                    existing[(s.partition, b)] = (s.file_id, base)
+        return cls(
+            existing,
+            mor,
+            _nbcc(table),
+            op.is_replace,
+            op is WriteOperation.DELETE,
+            op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT),
+        )
+
+    def target(self, partition: str, bucket: int, rows: int, live: int) -> GroupSpec | None:
+        """The file group of a bucket's ``rows`` incoming records (``live`` of them not deletes),
+        or None when there is nothing to write: deletes only, and no file group to delete from.
+        A new file group takes only the live records."""
+        found = self.existing.get((partition, bucket))
+        if found is not None:
+            file_id, base = found
+            mor = self.mor
+            return GroupSpec(
+                0, partition, file_id, base, self.explicit, self.concat and not mor, mor, mor, rows
+            )
+        if self.explicit or live == 0:
+            return None
+        log_only = self.mor and not self.replace
+        if log_only and self.nbcc:
+            file_id = nbcc_bucket_file_id(bucket)
+        else:
+            file_id = bucket_file_id_prefix(bucket) + "-0"
+        return GroupSpec(
+            0, partition, file_id, None, False, self.concat and not log_only, log_only, False, live
+        )
+
+
 def plan_buckets(
     table: HudiTable, op: WriteOperation, view: FileSystemView, counts: Mapping[tuple[str, int], Counts]
 ) -> SparkPlan:
-    """Bucket index: every record goes to its bucket's file group (new ones for replace operations)."""
-    mor = table.table_type is TableType.MERGE_ON_READ
-    explicit = op is WriteOperation.DELETE
-    concat = op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT)
+    """Bucket index, from counts: every record goes to its bucket's file group (new ones for
+    replace operations)."""
+    layout = BucketLayout.of(table, op, view)
     plan = SparkPlan()
     per_group: dict[tuple[str, str], Counts] = {}
-    for p in sorted({p for p, _ in counts}):
-        existing: dict[int, tuple[str, BaseFile | None]] = {}
-        if not op.is_replace:
-            slices = view.latest_file_slices(p)
-            for s in slices:
-                b = bucket_of_file_id(s.file_id)
-                if b is not None:
-                    existing[b] = (s.file_id, s.base_file if mor else writers._latest(view, p, s.file_id))
-        for (cp, b), c in sorted(counts.items()):
-            if cp != p:
-                continue
-            found = existing.get(b)
-            if found is not None:
-                file_id, base = found
-                plan.add(
-                    p,
-                    file_id,
-                    base,
-                    c.rows,
-                    explicit=explicit,
-                    concat=concat and not mor,
-                    log=mor,
-                    tagged=mor,
-                )
-                plan.buckets.append((p, b, file_id, False))
-                per_group[(p, file_id)] = c
-                continue
-            if explicit or c.live == 0:
-                continue  # nothing to delete in a bucket without a file group
-            file_id = (
-                nbcc_bucket_file_id(b)
-                if mor and _nbcc(table) and not op.is_replace
-                else bucket_file_id_prefix(b) + "-0"
-            )
-            log_only = mor and not op.is_replace
-            plan.add(p, file_id, None, c.live, concat=concat and not log_only, log=log_only)
-            plan.buckets.append((p, b, file_id, True))
-    if mor and op is not WriteOperation.DELETE:
+    for (p, b), c in sorted(counts.items()):
+        spec = layout.target(p, b, c.rows, c.live)
+        if spec is None:
+            continue
+        plan.groups[(p, spec.file_id)] = spec
+        is_new = spec.base_file is None and (p, b) not in layout.existing
+        plan.buckets.append((p, b, spec.file_id, is_new))
+        if not is_new:
+            per_group[(p, spec.file_id)] = c
+    if layout.mor and not layout.explicit:
         _check_log_deletes(table, plan, per_group)
     return plan
 
@@ -774,7 +881,14 @@ class _Prepared:
     op: WriteOperation
     schema: pa.Schema
     avro_schema: str
-    keyed: DataFrame | None  # after the key stage and the dedupe
+    keyed: DataFrame | None  # after the key stage
+    combine: MergeMode | None = None  # how ``keyed`` is deduplicated by key (None: it is not)
+
+    def deduped(self, ordering: str | None) -> DataFrame | None:
+        """``keyed``, deduplicated as the operation wants (a Spark aggregation)."""
+        if self.keyed is None or self.combine is None:
+            return self.keyed
+        return dedupe(self.keyed, self.combine, ordering)
 
 
 def _prepare(
@@ -809,13 +923,13 @@ def _prepare(
             op,
             schema,
             to_avro_schema(schema, table.name),
-            dedupe(keyed, MergeMode.COMMIT_TIME_ORDERING, None),
+            keyed,
+            MergeMode.COMMIT_TIME_ORDERING,
         )
     schema = writers.write_schema(table, spark_types.to_table_arrow_schema(df.schema))
     keyed = _key_stage(df, table, op, schema, ())
-    if writers.combines(op, options):
-        keyed = dedupe(keyed, table.merge_mode, table.ordering_field)
-    return _Prepared(op, schema, to_avro_schema(schema, table.name), keyed)
+    combine = table.merge_mode if writers.combines(op, options) else None
+    return _Prepared(op, schema, to_avro_schema(schema, table.name), keyed, combine)
 
 
 def _route(
@@ -925,6 +1039,32 @@ def write(
         session.release()
 
 
+def _bucket_write(
+    spark: SparkSession, table: HudiTable, prepared: _Prepared, options: dict[str, str], view: FileSystemView
+) -> writers.PlannedWrite:
+    """Bucket index, all but the replace operations: one job. Records are shuffled by (partition,
+    bucket) and every task dedupes, routes and writes the buckets it holds (:func:`write_buckets`);
+    the file groups come from the layout the driver read from the view, so no counting job is
+    needed first. The inflight instant therefore carries no workload profile."""
+    op, keyed = prepared.op, prepared.keyed
+    assert keyed is not None
+    layout = BucketLayout.of(table, op, view)
+    mor_event_time = (
+        layout.mor and table.merge_mode is MergeMode.EVENT_TIME_ORDERING and bool(table.ordering_field)
+    )
+    parallelism = _parallelism(spark, options, op, spark.sparkContext.defaultParallelism * 2)
+
+    def execute(instant: Instant) -> list[WriteStat]:
+        ctx = writers.write_context(table, instant.time, op, prepared.schema, prepared.avro_schema, options)
+        job = BucketJob(ctx, layout, prepared.combine, mor_event_time, options.get(opt.CRASH_AT))
+        shuffled = keyed.repartition(parallelism, col(PARTITION), col(BUCKET))
+        out = shuffled.mapInArrow(partial(write_buckets, job), STATS_SCHEMA)
+        rows: list[Row] = run_job("writing files", out.collect)
+        return [_stat_of(r["stat"]) for r in rows]
+
+    return writers.PlannedWrite(CommitMetadata(operation_type=op.value), execute)
+
+
 def _run(
     spark: SparkSession | None,
     table: HudiTable,
@@ -947,9 +1087,13 @@ def _run(
         records: DataFrame | None = None
         lookup = False
         incoming: list[str] = []
+        if bucket and prepared.keyed is not None and not op.is_replace and spark is not None:
+            return _bucket_write(spark, table, prepared, options, view)
         if prepared.keyed is not None:
             assert spark is not None
-            keyed = session.persist(prepared.keyed, level)
+            deduped = prepared.deduped(table.ordering_field)
+            assert deduped is not None
+            keyed = session.persist(deduped, level)
             if op is WriteOperation.DELETE_PARTITION:
                 rows = run_job(
                     "listing partitions", lambda: keyed.select(col(PARTITION)).distinct().collect()
