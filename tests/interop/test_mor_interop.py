@@ -500,6 +500,26 @@ def test_bucket_index_appends_to_log_only_file_groups(mor: Any, merge_mode: str,
     h.check()
 
 
+def test_bucket_index_bulk_insert_writes_base_files(mor: Any) -> None:
+    """Apache Hudi's bucket bulk insert writes a new bucket's records as a base file (its row
+    create handle), also on Merge-on-Read; later upserts append logs to those file groups, and a
+    bulk insert into buckets that exist appends there too."""
+    h = mor(index="bucket", buckets=3)
+    p = lambda i: _p(True, i)  # noqa: E731
+    first = h.write("bulk_insert", [row(i, 10, "a", p(i), False) for i in range(1, 13)])
+    stats = first.metadata.write_stats()
+    assert stats and all(s.path.endswith(".parquet") and not s.log_files for s in stats)
+    assert sum(s.num_inserts for s in stats) == 12
+    with_base = {s.file_id for s in stats}
+    h.write(
+        "upsert", [row(1, 11, "b", p(1), False), row(2, 12, "b", p(2), True), row(30, 1, "b", p(30), False)]
+    )
+    h.write("bulk_insert", [row(i, 20, "c", p(i), False) for i in (40, 41, 42)])
+    slices = h.table.file_system_view().latest_file_slices()
+    assert with_base <= {s.file_id for s in slices if s.base_file is not None}
+    h.check()
+
+
 @pytest.mark.parametrize("index", ["simple", "bucket"])
 def test_replace_operations_replace_file_groups_with_logs(mor: Any, index: str) -> None:
     h = mor(index=index, small_files=False)

@@ -118,6 +118,7 @@ def test_mor_event_time_story(spark_mor: Callable[..., Any], partitioned: bool) 
 def test_mor_bucket_index_and_commit_time(spark_mor: Callable[..., Any]) -> None:
     mor.test_bucket_index_appends_to_log_only_file_groups(spark_mor, mor.COMMIT_TIME_ORDERING, "parquet")
     mor.test_commit_time_ordering(spark_mor)
+    mor.test_bucket_index_bulk_insert_writes_base_files(spark_mor)
 
 
 @pytest.mark.parametrize("index", ["simple", "bucket"])

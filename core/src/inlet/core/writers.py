@@ -694,13 +694,14 @@ NBCC_MODE = "NON_BLOCKING_CONCURRENCY_CONTROL"
 
 
 def _mor_bucket_groups(
-    table: HudiTable, p: str, recs: pa.Table, slices: Sequence[FileSlice], explicit: bool
+    table: HudiTable, p: str, recs: pa.Table, slices: Sequence[FileSlice], explicit: bool, bulk: bool
 ) -> list[FileGroupWrite]:
     """Bucket index on MOR: every record goes to a log file of its bucket's file group.
 
     No lookup: a record of a bucket whose file group exists is an update of that file group (Hudi's
     tagged location), whether or not the key is stored there. A bucket without a file group gets a
-    new, log-only one (no base file), as Apache Hudi's bucket index writes MOR tables; under
+    new, log-only one (no base file), as Apache Hudi's bucket index writes MOR tables, except under
+    ``bulk``: bulk inserts write a new bucket's base file (Hudi's bucket bulk-insert writer). Under
     non-blocking concurrency control its id is the fixed ``<bucket>-0000-0000-0000-000000000000-0``
     so that concurrent writers agree on it.
     """
@@ -724,7 +725,7 @@ def _mor_bucket_groups(
         if rows.num_rows == 0:
             continue
         fid = nbcc_bucket_file_id(b) if nbcc else bucket_file_id_prefix(b) + "-0"
-        out.append(FileGroupWrite(p, fid, None, rows, log=True))
+        out.append(FileGroupWrite(p, fid, None, rows, log=not bulk))
     return out
 
 
@@ -737,7 +738,8 @@ def plan_mor_write(
       files) are appended to that file group as one new log file; inserts go to new base files,
       or to small file groups without log files (rewritten with a new base file);
     - insert / bulk_insert (simple index): new base files (small ones first for insert);
-    - bucket index: every record is appended to its bucket's file group (log-only when new);
+    - bucket index: every record is appended to its bucket's file group (log-only when new, but
+      bulk_insert writes a new bucket's base file);
     - replace operations: new base files, replacing every file group (log-only ones included).
 
     File groups are the latest file slices of :class:`FileSystemView` (base file and log files),
@@ -759,7 +761,8 @@ def plan_mor_write(
     for p, recs in by_partition.items():
         slices = view.latest_file_slices(p)
         if table.index_type is IndexType.BUCKET:
-            plan.file_groups.extend(_mor_bucket_groups(table, p, recs, slices, explicit))
+            bulk = op is WriteOperation.BULK_INSERT
+            plan.file_groups.extend(_mor_bucket_groups(table, p, recs, slices, explicit, bulk))
             continue
         if lookup:
             by_id = {s.file_id: s for s in slices}

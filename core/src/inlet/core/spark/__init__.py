@@ -13,7 +13,7 @@
 
 - :func:`write` — every write operation of the core on COW and MOR tables as a Spark job (driver
   plans from metadata, executors write, driver commits); Apache Hudi's option names
-  (:mod:`inlet.core.spark.options`). See :mod:`inlet.core.spark.write`.
+  (:mod:`inlet.core.spark.options`). See :mod:`inlet.core.spark.writer`.
 - :func:`read` — a DataFrame of the table through the ``hudi`` Python data source
   (:mod:`inlet.core.spark.datasource`).
 - :func:`run_compaction` — a scheduled Merge-on-Read compaction as a Spark job, one task per file
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from inlet.core.spark.write import write as _write
+from inlet.core.spark.writer import write as _write
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

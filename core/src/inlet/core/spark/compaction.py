@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from inlet.core import compaction, faults
 from inlet.core.commit import CommitProtocol
 from inlet.core.commit_metadata import WriteStat
-from inlet.core.spark.write import _maybe_crash, _stat_json, _stat_of, _task, run_job
+from inlet.core.spark.writer import _maybe_crash, _stat_json, _stat_of, _task, run_job
 from inlet.core.storage import Storage
 from inlet.core.table import CommitResult, HudiTable
 
