@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from inlet.core import avro
+from inlet.core import avro, log_reader
 from inlet.core.config import MergeMode
 from inlet.core.errors import CorruptFileError, UnsupportedError
 from inlet.core.file_group_reader import (
@@ -35,6 +35,7 @@ from inlet.core.log_blocks import BlockType, HeaderKey
 from inlet.core.log_reader import (
     BytesSource,
     decode_block,
+    iter_block_batches,
     iter_block_rows,
     read_delete_records,
     read_log_file,
@@ -761,4 +762,102 @@ def test_avro_named_types_resolve_by_full_name() -> None:
         "struct<x: int32>",
         "list<item: struct<x: int32>>",
         "map<string, timestamp[ms, tz=UTC]>",
+    ]
+
+
+FLAT_SCHEMA = {
+    "type": "record",
+    "name": "flat",
+    "fields": [
+        {"name": "_hoodie_record_key", "type": ["null", "string"], "default": None},
+        {"name": "b", "type": ["null", "boolean"], "default": None},
+        {"name": "i", "type": ["null", "int"], "default": None},
+        {"name": "l", "type": "long"},
+        {"name": "f", "type": ["null", "float"], "default": None},
+        {"name": "d", "type": ["null", "double"], "default": None},
+        {"name": "s", "type": ["null", "string"], "default": None},
+        {"name": "raw", "type": ["null", "bytes"], "default": None},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}], "default": None},
+        {
+            "name": "us",
+            "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+            "default": None,
+        },
+        {
+            "name": "ms",
+            "type": ["null", {"type": "long", "logicalType": "timestamp-millis"}],
+            "default": None,
+        },
+    ],
+}
+
+
+def _flat_block(schema: dict[str, Any], rows: Sequence[dict[str, Any]]) -> bytes:
+    parsed = fastavro.parse_schema(schema)
+    content = struct.pack(">ii", 3, len(rows))
+    for values in rows:
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, values)
+        content += struct.pack(">i", len(buf.getvalue())) + buf.getvalue()
+    return frame(3, {0: "20240101000000001", 2: json.dumps(schema)}, content)
+
+
+def test_avro_blocks_of_flat_schemas_decode_columnar_exactly_as_record_by_record() -> None:
+    import datetime as dt
+
+    utc = dt.UTC
+    rows = [
+        {
+            "_hoodie_record_key": f"k{i}",
+            "b": [True, False, None][i % 3],
+            "i": None if i % 4 == 0 else -(2**31) + i,
+            "l": 2**62 - i,
+            "f": None if i % 5 == 0 else i / 4,
+            "d": None if i % 6 == 0 else -i * 1e300,
+            "s": None if i % 7 == 0 else "ünïcødé 𝄞 " * (i % 3),
+            "raw": None if i % 2 else bytes(range(i % 256)),
+            "day": None if i % 3 == 0 else dt.date(1969, 12, 31) + dt.timedelta(days=i),
+            "us": None
+            if i % 4 == 1
+            else dt.datetime(1900, 1, 1, tzinfo=utc) + dt.timedelta(microseconds=7 * i),
+            "ms": None if i % 4 == 2 else dt.datetime(2262, 1, 1, tzinfo=utc) - dt.timedelta(milliseconds=i),
+        }
+        for i in range(300)
+    ]
+    data = _flat_block(FLAT_SCHEMA, rows)
+    f = scan_frames(BytesSource(data), "x.log").frames[0]
+    columnar = list(iter_block_batches(BytesSource(data), f, "x.log", chunk_rows=128))
+    assert [type(p) for p in columnar] == [pa.Table] * 3  # 128 + 128 + 44 rows
+    got = pa.concat_tables(columnar)
+    want = pa.Table.from_pylist(
+        [
+            r
+            for part in log_reader._iter_avro_rows(
+                data[f.content_offset : f.content_offset + f.content_length], f, "x.log", 1000
+            )
+            for r in part
+        ],
+        schema=log_reader.avro_to_arrow_schema(json.dumps(FLAT_SCHEMA)),
+    )
+    assert got.schema == want.schema
+    assert got.equals(want)
+    assert got.column("us").to_pylist()[:2] == [rows[0]["us"], None]
+
+
+def test_avro_blocks_of_other_schemas_decode_record_by_record() -> None:
+    schema = {
+        "type": "record",
+        "name": "nested",
+        "fields": [
+            {"name": "_hoodie_record_key", "type": "string"},
+            {"name": "tags", "type": ["null", {"type": "map", "values": "long"}], "default": None},
+        ],
+    }
+    data = _flat_block(
+        schema, [{"_hoodie_record_key": "a", "tags": {"x": 1}}, {"_hoodie_record_key": "b", "tags": None}]
+    )
+    f = scan_frames(BytesSource(data), "x.log").frames[0]
+    parts = list(iter_block_batches(BytesSource(data), f, "x.log"))
+    assert parts == [
+        [{"_hoodie_record_key": "a", "tags": {"x": 1}}, {"_hoodie_record_key": "b", "tags": None}]
     ]

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -358,9 +359,97 @@ def _block_version(data: bytes, path: str, frame: BlockFrame) -> int:
     return version
 
 
+_LENGTH = "__inlet_record_length"
+
+
+@functools.lru_cache(maxsize=64)
+def _container_header(schema_json: str) -> tuple[bytes, bytes]:
+    """The header of an in-memory Avro object container whose records are a data block's records
+    *with* their 4-byte length prefixes: the writer schema with a leading ``fixed(4)`` field, so
+    that a block's content after its 8-byte preamble is the container's one data block as is."""
+    schema = json.loads(schema_json)
+    prefix = {"type": "fixed", "name": _LENGTH, "size": 4}
+    wrapped = {**schema, "fields": [{"name": _LENGTH, "type": prefix}, *schema["fields"]]}
+    sync = b"inlet-log-block!"  # any 16 bytes
+    buf = io.BytesIO()
+    fastavro.writer(buf, fastavro.parse_schema(wrapped), [], sync_marker=sync)
+    return buf.getvalue(), sync
+
+
+def _avro_long(n: int) -> bytes:
+    """Avro's zig-zag varint encoding of a long."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+_COLUMNAR_PRIMITIVES = frozenset({"boolean", "int", "long", "float", "double", "string", "bytes"})
+_COLUMNAR_LOGICAL = frozenset({("int", "date"), ("long", "timestamp-micros"), ("long", "timestamp-millis")})
+
+
+def _columnar_type(t: Any) -> bool:
+    """Whether polars decodes this Avro type to what :func:`avro_to_arrow_type` says (after a cast)."""
+    if isinstance(t, list):
+        branches = [x for x in t if x != "null"]
+        return len(branches) == 1 and _columnar_type(branches[0])
+    if isinstance(t, str):
+        return t in _COLUMNAR_PRIMITIVES
+    if isinstance(t, dict):
+        logical = t.get("logicalType")
+        if logical is None:
+            return t.get("type") in _COLUMNAR_PRIMITIVES
+        return (t.get("type"), logical) in _COLUMNAR_LOGICAL
+    return False
+
+
+@functools.lru_cache(maxsize=64)
+def _columnar_schema(schema_json: str) -> pa.Schema | None:
+    """The Arrow schema to decode a block into columnar, or None when some field needs fastavro."""
+    rec = json.loads(schema_json)
+    if not isinstance(rec, dict) or rec.get("type") != "record":
+        return None
+    if not all(_columnar_type(f.get("type")) for f in rec.get("fields", [])):
+        return None
+    return avro_to_arrow_schema(schema_json)
+
+
+def _decode_columnar(schema_json: str, target: pa.Schema, data: bytes, count: int) -> pa.Table | None:
+    """A data block's ``count`` records decoded straight into Arrow by polars' Avro reader, cast
+    to the block's Arrow schema; None if that fails or the length prefixes do not add up."""
+    import polars  # here: importing it takes a while, and only Avro log blocks need it
+
+    header, sync = _container_header(schema_json)
+    body = memoryview(data)[8:]
+    container = b"".join([header, _avro_long(count), _avro_long(len(body)), body, sync])
+    try:
+        table = polars.read_avro(io.BytesIO(container)).to_arrow()
+        if table.num_rows != count or table.column_names != [_LENGTH, *target.names]:
+            return None
+        prefixes = table.column(0).combine_chunks().cast(pa.binary())
+        first = int(
+            np.frombuffer(prefixes.buffers()[1], dtype=np.int32, count=1, offset=prefixes.offset * 4)[0]
+        )
+        sizes = np.frombuffer(prefixes.buffers()[2], dtype=">i4", count=count, offset=first)
+        if (sizes < 0).any() or int(sizes.sum(dtype=np.int64)) + 4 * count != len(body):
+            return None
+        return table.drop_columns([_LENGTH]).cast(target)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException:  # errors of several types; polars panics (a BaseException) on short data
+        return None
+
+
 def _iter_avro_rows(
-    data: bytes, frame: BlockFrame, path: str, chunk_rows: int
-) -> Iterator[list[dict[str, Any]]]:
+    data: bytes, frame: BlockFrame, path: str, chunk_rows: int, columnar: bool = False
+) -> Iterator[pa.Table | list[dict[str, Any]]]:
+    """The records of an Avro data block, in chunks: Python rows decoded one by one by fastavro,
+    or with ``columnar`` and a schema of flat primitive fields, Arrow tables decoded by polars in
+    one pass (about 15 times faster); a block polars cannot decode is decoded by fastavro, which
+    names the record at fault."""
     schema_json = frame.header.get(HeaderKey.SCHEMA)
     if not schema_json:
         raise _corrupt(path, frame, "the header has no writer schema")
@@ -374,6 +463,13 @@ def _iter_avro_rows(
     count = int(_I32.unpack_from(data, 4)[0])
     if count < 0:
         raise _corrupt(path, frame, f"negative record count {count}")
+    target = _columnar_schema(schema_json) if columnar and count else None
+    if target is not None:
+        table = _decode_columnar(schema_json, target, data, count)
+        if table is not None:
+            for i in range(0, table.num_rows, chunk_rows):
+                yield table.slice(i, chunk_rows)
+            return
     view = memoryview(data)
     pos = 8
     rows: list[dict[str, Any]] = []
@@ -412,11 +508,12 @@ def _parquet_file(data: bytes, frame: BlockFrame, path: str) -> pq.ParquetFile:
 def iter_block_batches(
     src: ByteSource, frame: BlockFrame, path: str, chunk_rows: int = DEFAULT_CHUNK_ROWS
 ) -> Iterator[pa.Table | list[dict[str, Any]]]:
-    """The records of a data block, a chunk at a time: Arrow tables (Parquet blocks) or Python rows
-    (Avro blocks, decoded by the block's writer schema)."""
+    """The records of a data block, a chunk at a time: Arrow tables (Parquet blocks, and Avro blocks
+    of flat schemas, decoded by polars) or Python rows (other Avro blocks, decoded by the
+    block's writer schema)."""
     data = _content(src, frame, path)
     if frame.block_type is BlockType.AVRO_DATA:
-        yield from _iter_avro_rows(data, frame, path, chunk_rows)
+        yield from _iter_avro_rows(data, frame, path, chunk_rows, columnar=True)
     elif frame.block_type is BlockType.PARQUET_DATA:
         pf = _parquet_file(data, frame, path)
         try:
