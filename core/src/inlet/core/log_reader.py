@@ -376,17 +376,6 @@ def _container_header(schema_json: str) -> tuple[bytes, bytes]:
     return buf.getvalue(), sync
 
 
-def _avro_long(n: int) -> bytes:
-    """Avro's zig-zag varint encoding of a long."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 _COLUMNAR_PRIMITIVES = frozenset({"boolean", "int", "long", "float", "double", "string", "bytes"})
 _COLUMNAR_LOGICAL = frozenset({("int", "date"), ("long", "timestamp-micros"), ("long", "timestamp-millis")})
 
@@ -424,7 +413,7 @@ def _decode_columnar(schema_json: str, target: pa.Schema, data: bytes, count: in
 
     header, sync = _container_header(schema_json)
     body = memoryview(data)[8:]
-    container = b"".join([header, _avro_long(count), _avro_long(len(body)), body, sync])
+    container = b"".join([header, avro.encode_long(count), avro.encode_long(len(body)), body, sync])
     try:
         table = polars.read_avro(io.BytesIO(container)).to_arrow()
         if table.num_rows != count or table.column_names != [_LENGTH, *target.names]:

@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from inlet.core import avro
 from inlet.core.config import ConfigKey
 from inlet.core.errors import InvalidInputError
 from inlet.core.log_blocks import (
@@ -107,16 +108,7 @@ DECIMAL_WRAPPER_PRECISION, DECIMAL_WRAPPER_SCALE = 30, 15
 # ---------------------------------------------------------------------------------- Avro binary
 
 
-def _zigzag(n: int) -> bytes:
-    """An Avro ``int``/``long``: zig-zag, then base-128 varint (least significant group first)."""
-    z = (n << 1) ^ (n >> 63)
-    z &= (1 << 64) - 1
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+_zigzag = avro.encode_long
 
 
 def _avro_bytes(data: bytes) -> bytes:

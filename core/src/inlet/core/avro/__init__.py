@@ -41,3 +41,15 @@ def decode(data: bytes, what: str = "instant file") -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise CorruptFileError(f"{what} does not hold an Avro record")
     return rec
+
+
+def encode_long(n: int) -> bytes:
+    """An Avro ``int`` or ``long`` in Avro's binary encoding: zig-zag, then a base-128 varint
+    (least significant group first)."""
+    z = ((n << 1) ^ (n >> 63)) & ((1 << 64) - 1)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
