@@ -424,7 +424,7 @@ def test_a_failed_run_is_rolled_back_and_its_plan_kept(
     before = snapshot(t)
     instant = t.schedule_compaction(DUE)
     assert instant is not None and len(comp.read_plan(t.timeline, instant).operations) == 2
-    real = comp._compact_operation
+    real = comp.compact_operation
     calls = []
 
     def failing(*args: Any, **kwargs: Any) -> Any:
@@ -433,7 +433,7 @@ def test_a_failed_run_is_rolled_back_and_its_plan_kept(
             raise OSError("disk full")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(comp, "_compact_operation", failing)
+    monkeypatch.setattr(comp, "compact_operation", failing)
     with pytest.raises(OSError, match="disk full"):
         t.run_compaction()
     [pending] = t.timeline.pending()
@@ -443,7 +443,7 @@ def test_a_failed_run_is_rolled_back_and_its_plan_kept(
     assert markers.marked_files(t.storage, instant) == []
     assert not (Path(t.base_path) / ".hoodie/.heartbeat" / instant).exists()
     assert snapshot(t) == before
-    monkeypatch.setattr(comp, "_compact_operation", real)
+    monkeypatch.setattr(comp, "compact_operation", real)
     assert t.run_compaction() is not None
     assert snapshot(t) == before == snapshot(t, "read_optimized")
 

@@ -567,18 +567,6 @@ def compact_operation(
     """Write the new base file of one plan operation; returns its write stat. The unit of work of
     a compaction: an executor of a distributed engine calls it with its task's ids (the write token
     is ``<task_id>-<stage_id>-<attempt>``, so attempts of one task write distinct files)."""
-    return _compact_operation(storage, ctx, op, task_id, attempt, stage_id)
-
-
-def _compact_operation(
-    storage: Storage,
-    ctx: CompactionContext,
-    op: CompactionOperation,
-    task_id: int,
-    attempt: int = 0,
-    stage_id: int = 0,
-) -> WriteStat:
-    """Write the new base file of one operation; returns its write stat."""
     started = time.monotonic()
     if op.bootstrap_file:
         raise UnsupportedError(
@@ -804,7 +792,7 @@ def _run_locally(
 ) -> list[WriteStat]:
     stats = []
     for task_id, op in enumerate(operations):
-        stats.append(_compact_operation(table.storage, ctx, op, task_id))
+        stats.append(compact_operation(table.storage, ctx, op, task_id))
         if task_id == 0:
             faults.crash_point(AFTER_FIRST_FILE)
     return stats
