@@ -1,0 +1,221 @@
+"""What every long-running Inlet service shares: declared settings, graceful stop, metrics and health.
+
+Settings
+    A service declares each setting once as a :class:`Setting` (flag, ``INLET_<SERVICE>_*`` variable,
+    type, default, help). :func:`add_arguments` builds the argparse options from that table and
+    :func:`resolve` merges flags over environment variables over defaults into a plain dict, naming
+    the flag and the variable in any error. ``--help`` therefore always names the variable.
+
+Graceful stop
+    :class:`StopSignal` turns SIGTERM/SIGINT into an event the service's loop polls; a second
+    signal is left to the default handler (so a stuck process can still be interrupted).
+
+Metrics and health
+    :func:`serve_http` starts one HTTP server on the service's ``--metrics-listen`` address with
+    ``/metrics`` (Prometheus text format, the service's registry) and ``/healthz`` (200 with a JSON
+    body while the service's check passes, 503 otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message names its flag and environment variable."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a service: flag, environment variable, type, default and help text."""
+
+    name: str  # key in the resolved dict
+    flag: str  # e.g. "--bootstrap"
+    help: str
+    kind: str = "str"  # str | int | float | bool | list
+    default: Any = None
+    metavar: str | None = None
+    required: bool = False
+    env_name: str | None = None  # default: the name in upper case
+
+    def env(self, prefix: str) -> str:
+        return prefix + (self.env_name or self.name.upper())
+
+
+def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting], env_prefix: str) -> None:
+    """Add one option per setting; the help names the variable and the default."""
+    for s in settings:
+        text = s.help
+        if s.default not in (None, "", (), False):
+            shown = ",".join(s.default) if isinstance(s.default, tuple) else s.default
+            text += f" (default {shown})"
+        text += f" [env: {s.env(env_prefix)}]"
+        kwargs: dict[str, Any] = {"dest": s.name, "default": None, "help": text}
+        if s.kind == "bool":
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["metavar"] = s.metavar or s.name.upper()
+            if s.kind == "list":
+                kwargs["action"] = "append"
+        parser.add_argument(s.flag, **kwargs)
+
+
+def _parse(setting: Setting, raw: Any, source: str) -> Any:
+    if setting.kind == "list":
+        parts = raw if isinstance(raw, list) else [raw]
+        return tuple(p.strip() for part in parts for p in str(part).split(",") if p.strip())
+    if not isinstance(raw, str):
+        return raw
+    if setting.kind == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise SettingsError(f"{source}: not an integer: {raw!r}") from None
+    if setting.kind == "float":
+        try:
+            return float(raw)
+        except ValueError:
+            raise SettingsError(f"{source}: not a number: {raw!r}") from None
+    if setting.kind == "bool":
+        value = raw.strip().lower()
+        if value in ("1", "true", "yes", "on"):
+            return True
+        if value in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{source}: not a boolean: {raw!r} (use true or false)")
+    return raw
+
+
+def resolve(
+    args: argparse.Namespace | None,
+    settings: Sequence[Setting],
+    env_prefix: str,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Flag, else environment variable, else default, for every setting; checks required ones."""
+    env = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for s in settings:
+        given = getattr(args, s.name, None) if args is not None else None
+        if given is not None:
+            value = _parse(s, given, s.flag)
+        elif env.get(s.env(env_prefix)):
+            value = _parse(s, env[s.env(env_prefix)], s.env(env_prefix))
+        else:
+            value = s.default
+        if s.required and value in (None, "", ()):
+            raise SettingsError(f"{s.flag} is required (or set {s.env(env_prefix)})")
+        out[s.name] = value
+    return out
+
+
+class StopSignal:
+    """SIGTERM/SIGINT -> :attr:`event`; restores the previous handlers on :meth:`close`."""
+
+    def __init__(self, signals: Sequence[signal.Signals] = (signal.SIGTERM, signal.SIGINT)) -> None:
+        self.event = threading.Event()
+        self._previous: dict[signal.Signals, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in signals:
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.event.set()
+        # a second signal gets the default behaviour (a stuck stop can still be interrupted)
+        signal.signal(signum, signal.SIG_DFL)
+
+    @property
+    def stopping(self) -> bool:
+        return self.event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.event.wait(timeout_s)
+
+    def close(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def __enter__(self) -> StopSignal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+HealthCheck = Callable[[], tuple[bool, Mapping[str, Any]]]
+
+
+class HttpEndpoint:
+    """A running ``/metrics`` + ``/healthz`` server; :attr:`address` is ``host:port``."""
+
+    def __init__(self, server: ThreadingHTTPServer, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def address(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"{host!s}:{port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def split_listen(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SettingsError(f"invalid listen address {address!r}: expected HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def serve_http(listen: str, registry: CollectorRegistry, health: HealthCheck) -> HttpEndpoint:
+    """Serve ``/metrics`` and ``/healthz`` on ``listen`` (``HOST:PORT``; port 0 picks a free one)."""
+    host, port = split_listen(listen)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/metrics"):
+                body, status, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
+            elif self.path.startswith("/healthz"):
+                try:
+                    ok, details = health()
+                except Exception as e:  # a failing check is unhealthy, not a crashed endpoint
+                    ok, details = False, {"error": str(e)}
+                body = json.dumps({"status": "ok" if ok else "unhealthy", **details}).encode()
+                status, ctype = (200 if ok else 503), "application/json"
+            else:
+                body, status, ctype = b"not found\n", 404, "text/plain"
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # no access log on stderr
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="inlet-http", daemon=True)
+    thread.start()
+    return HttpEndpoint(server, thread)
+
+
+def announce(**fields: Any) -> None:
+    """Print the one JSON line a service writes on stdout once it serves (supervisors read it)."""
+    print(json.dumps({"event": "serving", **fields}), flush=True)

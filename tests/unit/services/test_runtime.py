@@ -1,0 +1,95 @@
+"""The shared service runtime: settings precedence and errors, stop signals, /metrics and /healthz."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import urllib.error
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from inlet.services.runtime import (
+    Setting,
+    SettingsError,
+    StopSignal,
+    add_arguments,
+    resolve,
+    serve_http,
+)
+
+SETTINGS = (
+    Setting("bootstrap", "--bootstrap", "Kafka bootstrap servers", required=True),
+    Setting("batch", "--batch", "records per batch", kind="int", default=1000),
+    Setting("topics", "--topic", "topics", kind="list", default=("a",)),
+    Setting("dry", "--dry", "dry run", kind="bool", default=False),
+)
+PREFIX = "INLET_TEST_"
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p, SETTINGS, PREFIX)
+    return p.parse_args(argv)
+
+
+def test_flag_beats_environment_beats_default() -> None:
+    env = {"INLET_TEST_BOOTSTRAP": "env:9092", "INLET_TEST_BATCH": "7", "INLET_TEST_TOPICS": "x, y"}
+    assert resolve(parse([]), SETTINGS, PREFIX, env) == {
+        "bootstrap": "env:9092",
+        "batch": 7,
+        "topics": ("x", "y"),
+        "dry": False,
+    }
+    got = resolve(
+        parse(["--bootstrap", "flag:1", "--topic", "p", "--topic", "q,r", "--dry"]), SETTINGS, PREFIX, env
+    )
+    assert got == {"bootstrap": "flag:1", "batch": 7, "topics": ("p", "q", "r"), "dry": True}
+    assert resolve(parse(["--bootstrap", "b"]), SETTINGS, PREFIX, {})["batch"] == 1000
+
+
+def test_errors_name_the_flag_or_variable() -> None:
+    with pytest.raises(SettingsError, match=r"--bootstrap is required \(or set INLET_TEST_BOOTSTRAP\)"):
+        resolve(parse([]), SETTINGS, PREFIX, {})
+    with pytest.raises(SettingsError, match="INLET_TEST_BATCH: not an integer: 'many'"):
+        resolve(parse(["--bootstrap", "b"]), SETTINGS, PREFIX, {"INLET_TEST_BATCH": "many"})
+    with pytest.raises(SettingsError, match="--batch: not an integer"):
+        resolve(parse(["--bootstrap", "b", "--batch", "x"]), SETTINGS, PREFIX, {})
+
+
+def test_help_names_variable_and_default() -> None:
+    p = argparse.ArgumentParser()
+    add_arguments(p, SETTINGS, PREFIX)
+    text = " ".join(p.format_help().split())
+    assert "[env: INLET_TEST_BATCH]" in text and "(default 1000)" in text
+
+
+def test_sigterm_sets_the_stop_event_and_handlers_are_restored() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with StopSignal() as stop:
+        assert not stop.stopping
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.wait(2.0)
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_metrics_and_health_endpoints() -> None:
+    registry = CollectorRegistry()
+    Counter("inlet_test_events", "events", registry=registry).inc(3)
+    healthy = {"ok": True}
+    endpoint = serve_http("127.0.0.1:0", registry, lambda: (healthy["ok"], {"lag": 5}))
+    try:
+        base = f"http://{endpoint.address}"
+        assert endpoint.address.startswith("127.0.0.1:")
+        metrics = urllib.request.urlopen(base + "/metrics").read().decode()
+        assert "inlet_test_events_total 3.0" in metrics
+        assert json.loads(urllib.request.urlopen(base + "/healthz").read()) == {"status": "ok", "lag": 5}
+        healthy["ok"] = False
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(base + "/healthz")
+        assert err.value.code == 503
+    finally:
+        endpoint.stop()
