@@ -1,0 +1,617 @@
+"""One Debezium PostgreSQL Kafka record -> Inlet's typed change events (``inlet.proto.changes.v1``).
+
+:class:`Decoder` reads the three formats Debezium's converters produce -- JSON with schemas, JSON
+without schemas (column types from the source catalog) and Confluent Avro (writer schemas from the
+schema registry) -- and returns ``ChangeRecord`` messages:
+
+- data change (``op`` c/u/d/r): one ``ChangeRecord(change=...)``;
+- truncate (``op`` t): one change with ``OPERATION_TRUNCATE``, empty key/before/after;
+- tombstone (null value), heartbeat (``__debezium-heartbeat.<prefix>``), logical decoding message
+  (``op`` m, topic ``<prefix>.message``), transaction ``BEGIN``: nothing;
+- transaction ``END`` (``<prefix>.transaction``): one ``ChangeRecord(transaction=...)`` per table
+  the transaction touched, with that table's and the total event counts.
+
+Everything else raises :class:`DecodeError` with a one-line reason. A table without a primary key
+(Debezium sends a null Kafka key) has no Hudi record key: its changes raise
+``DecodeError("table ... has no primary key ...")`` and belong in the dead letters.
+
+Per table and schema (Connect schema bytes, Avro schema id, or catalog column set) the decoder
+builds a :class:`_TablePlan` once -- the ``TableSchema`` and one converter per column -- and reuses
+it for every record. Thread-safe for concurrent ``decode`` calls (plans are immutable; caches only
+grow).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from inlet.core.keys import EMPTY_KEY, NULL_KEY
+from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.cdc_consumer import avro
+from inlet.services.cdc_consumer.catalog import Catalog, connect_field
+from inlet.services.cdc_consumer.errors import DecodeError
+from inlet.services.cdc_consumer.types import Converter, UnsupportedType, column_plan, fingerprint, key_text
+
+__all__ = ["DecodeError", "Decoder", "ValueFormat"]
+
+ValueFormat = Literal["json", "avro", "auto"]
+
+HEARTBEAT_PREFIX = "__debezium-heartbeat."
+
+_OPS = {
+    "c": pb.OPERATION_CREATE,
+    "u": pb.OPERATION_UPDATE,
+    "d": pb.OPERATION_DELETE,
+    "r": pb.OPERATION_READ,
+    "t": pb.OPERATION_TRUNCATE,
+}
+_INTERNAL_COLLECTION = "io.debezium."
+_SCHEMA_HEAD = b'{"schema":'
+_PAYLOAD_SEP = b',"payload":'
+
+
+@dataclass(frozen=True)
+class _TablePlan:
+    """How to decode the rows of one table under one schema."""
+
+    schema: pb.TableSchema
+    fingerprint: str
+    names: tuple[str, ...]
+    converters: tuple[Converter, ...]
+    expected: tuple[str, ...]
+    pairs: tuple[tuple[str, Converter], ...]
+    index: dict[str, int]
+    key_names: tuple[str, ...]  # Kafka key field order
+    key_indexes: tuple[int, ...]
+
+
+class Decoder:
+    """Decodes Debezium PostgreSQL records (see the module docstring).
+
+    ``topic_prefix``: Debezium's ``topic.prefix`` (None: the first segment of each topic).
+    ``value_format``: ``json``, ``avro`` or ``auto`` (Confluent magic byte 0 means Avro).
+    ``schema_registry``: a ``confluent_kafka.schema_registry.SchemaRegistryClient`` for Avro.
+    ``catalog``: column types for JSON without schemas (:class:`~.catalog.PostgresCatalog`);
+    None refuses such records.
+    """
+
+    def __init__(
+        self,
+        topic_prefix: str | None = None,
+        value_format: ValueFormat = "auto",
+        schema_registry: Any = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        if value_format not in ("json", "avro", "auto"):
+            raise ValueError(f"value_format must be json, avro or auto, not {value_format!r}")
+        self.topic_prefix = topic_prefix
+        self.value_format = value_format
+        self.catalog = catalog
+        self._schemas = avro.SchemaCache(schema_registry)
+        self._json_plans: dict[bytes, dict[str, Any]] = {}  # value schema bytes -> {"fields" | "error"}
+        self._json_heads: dict[str, tuple[bytes, bytes]] = {}  # topic -> (b'{"schema":S,"payload":', S)
+        self._key_heads: dict[str, tuple[bytes, tuple[str, ...]]] = {}  # topic -> (key head, key names)
+        self._kinds: dict[str, str] = {}
+        self._plans: dict[Any, _TablePlan] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ entry point
+
+    def decode(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> list[pb.ChangeRecord]:
+        """The change records of one Kafka record; raises :class:`DecodeError` if it cannot."""
+        if value is None:
+            return []  # tombstone
+        if topic.startswith(HEARTBEAT_PREFIX):
+            return []
+        if not value:
+            raise DecodeError("empty value (neither JSON nor Avro)")
+        fmt = self.value_format
+        if fmt == "auto":
+            fmt = "avro" if value[0] == avro.MAGIC else "json"
+        try:
+            if fmt == "avro":
+                return self._decode_avro(topic, partition, offset, key, value)
+            return self._decode_json(topic, partition, offset, key, value)
+        except DecodeError:
+            raise
+        except RecursionError:
+            raise DecodeError("value nests too deeply") from None
+        except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as e:
+            # a field of the wrong JSON type where the envelope needs another (e.g. a string lsn)
+            raise DecodeError(f"malformed Debezium record: {type(e).__name__}: {e}") from None
+
+    # ------------------------------------------------------------------ JSON
+
+    def _decode_json(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes
+    ) -> list[pb.ChangeRecord]:
+        payload, schema_bytes, envelope = self._parse_json(topic, value)
+        if payload is None:
+            return []
+        if payload.__class__ is not dict:
+            raise DecodeError(f"value is not a Debezium envelope: a JSON {type(payload).__name__}")
+        kind = self._kind(topic, payload)
+        if kind != "change":
+            return self._non_change(kind, topic, payload)
+        key_names, key_payload = self._json_key(topic, key)
+        op = self._op(payload)
+        source = payload.get("source")
+        if source.__class__ is not dict:
+            raise DecodeError("value has no 'source' block")
+        if schema_bytes is not None:
+            plan = self._json_schema_plan(schema_bytes, envelope, key_names)
+        else:
+            if op == pb.OPERATION_TRUNCATE:
+                plan = None
+            else:
+                return [
+                    self._catalog_change(
+                        topic, partition, offset, payload, source, op, key_names, key_payload
+                    )
+                ]
+        return [self._change(topic, partition, offset, payload, source, op, plan, key_payload)]
+
+    def _parse_json(self, topic: str, value: bytes) -> tuple[Any, bytes | None, Any]:
+        """(payload, schema bytes or None, the parsed ``schema`` when parsed in full)."""
+        hit = self._json_heads.get(topic)
+        if hit is not None and value.startswith(hit[0]) and value.endswith(b"}"):
+            # JsonConverter writes {"schema":S,"payload":P} without whitespace: once S is known to
+            # be a whole JSON value, only P needs parsing (the schema is most of the bytes)
+            try:
+                return orjson.loads(value[len(hit[0]) : -1]), hit[1], None
+            except orjson.JSONDecodeError as e:
+                raise DecodeError(f"value is not JSON: {e}") from None
+        try:
+            doc = orjson.loads(value)
+        except orjson.JSONDecodeError as e:
+            raise DecodeError(f"value is not JSON: {e}") from None
+        if doc.__class__ is dict and "schema" in doc and "payload" in doc and len(doc) == 2:
+            schema = doc["schema"]
+            if schema is None:
+                return doc["payload"], None, None
+            head = _verified_head(value, schema)
+            if head is not None:
+                schema_bytes = head[len(_SCHEMA_HEAD) : -len(_PAYLOAD_SEP)]
+                self._json_heads[topic] = (head, schema_bytes)
+            else:  # not JsonConverter's layout: key the schema by its canonical form
+                schema_bytes = b"\x00" + orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+            return doc["payload"], schema_bytes, schema
+        return doc, None, None
+
+    def _json_key(
+        self, topic: str, key: bytes | None
+    ) -> tuple[tuple[str, ...] | None, dict[str, Any] | None]:
+        if key is None:
+            return None, None
+        hit = self._key_heads.get(topic)
+        if hit is not None and key.startswith(hit[0]) and key.endswith(b"}"):
+            try:
+                doc = orjson.loads(key[len(hit[0]) : -1])
+            except orjson.JSONDecodeError as e:
+                raise DecodeError(f"key is not JSON: {e}") from None
+            if doc.__class__ is dict:
+                return hit[1], doc
+        try:
+            doc = orjson.loads(key)
+        except orjson.JSONDecodeError as e:
+            raise DecodeError(f"key is not JSON: {e}") from None
+        if doc.__class__ is dict and "schema" in doc and "payload" in doc and len(doc) == 2:
+            schema, payload = doc["schema"], doc["payload"]
+            if payload is None:
+                return None, None
+            if schema.__class__ is dict and schema.get("type") == "struct" and payload.__class__ is dict:
+                names = tuple(str(f.get("field")) for f in schema.get("fields") or ())
+                head = _verified_head(key, schema)
+                if head is not None:
+                    self._key_heads[topic] = (head, names)
+                return names, payload
+            doc = payload
+        if doc is None:
+            return None, None
+        if doc.__class__ is not dict:
+            raise DecodeError(f"key is not a JSON object: {orjson.dumps(doc).decode()[:60]}")
+        return tuple(doc), doc
+
+    def _json_schema_plan(
+        self, schema_bytes: bytes, envelope: Any, key_names: tuple[str, ...] | None
+    ) -> _TablePlan:
+        entry = self._json_plans.get(schema_bytes)
+        if entry is None:
+            if envelope is None:
+                envelope = orjson.loads(schema_bytes)
+            entry = {}
+            try:
+                entry["fields"] = _envelope_row_fields(envelope)
+            except DecodeError as e:
+                entry["error"] = e.reason
+            with self._lock:
+                self._json_plans[schema_bytes] = entry
+        if "error" in entry:
+            raise DecodeError(entry["error"])
+        return self._plan(("json", schema_bytes, key_names), entry["fields"], "json", key_names)
+
+    # ------------------------------------------------------------------ Avro
+
+    def _decode_avro(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes
+    ) -> list[pb.ChangeRecord]:
+        schema_id, body = avro.split(value)
+        writer = self._schemas.get(schema_id)
+        payload = avro.read(body, writer)
+        if payload.__class__ is not dict:
+            raise DecodeError(f"Avro value of schema id {schema_id} is not a record")
+        kind = self._kind(topic, payload)
+        if kind != "change":
+            return self._non_change(kind, topic, payload)
+        key_names: tuple[str, ...] | None = None
+        key_payload: dict[str, Any] | None = None
+        if key is not None:
+            if key[:1] == bytes([avro.MAGIC]):
+                key_id, key_body = avro.split(key)
+                key_writer = self._schemas.get(key_id)
+                key_payload = avro.read(key_body, key_writer)
+                if key_payload.__class__ is not dict:
+                    raise DecodeError(f"Avro key of schema id {key_id} is not a record")
+                key_names = tuple(f["field"] for f in key_writer.connect.get("fields", ()))
+            else:
+                key_names, key_payload = self._json_key(topic, key)
+        op = self._op(payload)
+        source = payload.get("source")
+        if source.__class__ is not dict:
+            raise DecodeError("value has no 'source' block")
+        plan = None
+        if op != pb.OPERATION_TRUNCATE:
+            plan_key = ("avro", schema_id, key_names)
+            plan = self._plans.get(plan_key)
+            if plan is None:
+                plan = self._plan(plan_key, _envelope_row_fields(writer.connect), "avro", key_names)
+        return [self._change(topic, partition, offset, payload, source, op, plan, key_payload)]
+
+    # ------------------------------------------------------------------ catalog (schemaless JSON)
+
+    def _catalog_change(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        payload: dict[str, Any],
+        source: dict[str, Any],
+        op: int,
+        key_names: tuple[str, ...] | None,
+        key_payload: dict[str, Any] | None,
+    ) -> pb.ChangeRecord:
+        if self.catalog is None:
+            raise DecodeError("JSON value without schema and no source catalog configured (--database-url)")
+        row = payload.get("after") or payload.get("before")
+        if row.__class__ is not dict:
+            raise DecodeError("change has neither 'before' nor 'after'")
+        schema, table = source.get("schema"), source.get("table")
+        if not isinstance(schema, str) or not isinstance(table, str):
+            raise DecodeError("source block has no schema/table")
+        names = tuple(row)
+        for attempt in (0, 1):
+            cols = self.catalog.columns(schema, table, refresh=attempt == 1)
+            missing = [n for n in names if n not in cols]
+            if missing:
+                if attempt == 0:
+                    self._forget(schema, table)
+                    continue
+                raise DecodeError(f"column {missing[0]!r} of {schema}.{table} is not in the source catalog")
+            plan_key = ("catalog", schema, table, names, key_names)
+            plan = self._plans.get(plan_key)
+            if plan is None:
+                fields = [connect_field(cols[n]) for n in names]
+                plan = self._plan(plan_key, fields, "json", key_names)
+            try:
+                return self._change(topic, partition, offset, payload, source, op, plan, key_payload)
+            except DecodeError:
+                if attempt == 1:
+                    raise
+                self._forget(schema, table)  # a column may have changed type: read the catalog again
+        raise AssertionError("unreachable")
+
+    def _forget(self, schema: str, table: str) -> None:
+        with self._lock:
+            for k in [k for k in self._plans if k[0] == "catalog" and k[1] == schema and k[2] == table]:
+                del self._plans[k]
+
+    # ------------------------------------------------------------------ shared
+
+    def _prefix(self, topic: str) -> str:
+        if self.topic_prefix is not None:
+            return self.topic_prefix
+        return topic.split(".", 1)[0]
+
+    def _kind(self, topic: str, payload: dict[str, Any]) -> str:
+        by_topic = self._kinds.get(topic)
+        if by_topic is None:
+            by_topic = "data"
+            if topic:
+                prefix = self._prefix(topic)
+                if topic == f"{prefix}.transaction":
+                    by_topic = "transaction"
+                elif topic == f"{prefix}.message":
+                    by_topic = "message"
+            self._kinds[topic] = by_topic
+        if by_topic != "data":
+            return by_topic
+        op = payload.get("op")
+        if op is not None:
+            return "message" if op == "m" else "change"
+        if "status" in payload and "data_collections" in payload:
+            return "transaction"
+        if set(payload) == {"ts_ms"}:
+            return "heartbeat"
+        raise DecodeError(f"not a Debezium change event: no 'op' (fields {', '.join(list(payload)[:8])})")
+
+    def _non_change(self, kind: str, topic: str, payload: dict[str, Any]) -> list[pb.ChangeRecord]:
+        if kind != "transaction":
+            return []  # heartbeat, logical decoding message
+        status = payload.get("status")
+        if status == "BEGIN":
+            return []
+        if status != "END":
+            raise DecodeError(f"transaction metadata with status {status!r}, expected BEGIN or END")
+        tx_id = payload.get("id")
+        total = payload.get("event_count")
+        collections = payload.get("data_collections")
+        if not isinstance(tx_id, str) or collections.__class__ is not list or total.__class__ is not int:
+            raise DecodeError("transaction END without id, event_count or data_collections")
+        prefix = self._prefix(topic) if topic else ""
+        ts = payload.get("ts_ms")
+        out = []
+        for c in collections:
+            if c.__class__ is dict and str(c.get("data_collection")).startswith(_INTERNAL_COLLECTION):
+                continue  # Debezium counts a logical decoding message as a pseudo data collection
+            if (
+                c.__class__ is not dict
+                or not isinstance(c.get("data_collection"), str)
+                or c.get("event_count").__class__ is not int
+            ):
+                raise DecodeError(f"transaction END with a bad data_collections entry: {c!r:.80}")
+            out.append(
+                pb.ChangeRecord(
+                    transaction=pb.TransactionEvent(
+                        id=tx_id,
+                        status=pb.TransactionEvent.STATUS_END,
+                        table_id=f"{prefix}.{c['data_collection']}" if prefix else c["data_collection"],
+                        table_event_count=c["event_count"],
+                        total_event_count=total,
+                        source_ts_ms=ts if ts.__class__ is int else 0,
+                    )
+                )
+            )
+        return out
+
+    @staticmethod
+    def _op(payload: dict[str, Any]) -> int:
+        op = payload.get("op")
+        found = _OPS.get(op) if isinstance(op, str) else None
+        if found is None:
+            raise DecodeError(f"unknown op {op!r}")
+        return found
+
+    def _plan(
+        self, plan_key: Any, fields: list[dict[str, Any]], wire: str, key_names: tuple[str, ...] | None
+    ) -> _TablePlan:
+        plan = self._plans.get(plan_key)
+        if plan is not None:
+            return plan
+        columns = []
+        converters = []
+        expected = []
+        names = []
+        for f in fields:
+            name = f.get("field")
+            if not isinstance(name, str):
+                raise DecodeError("a column of the value schema has no name")
+            try:
+                cp = column_plan(f, wire)
+            except UnsupportedType as e:
+                raise DecodeError(f"column {name!r}: unsupported type {e}") from None
+            columns.append(cp.column)
+            converters.append(cp.convert)
+            expected.append(cp.expected)
+            names.append(name)
+        index = {n: i for i, n in enumerate(names)}
+        key_indexes: list[int] = []
+        for pos, k in enumerate(key_names or (), start=1):
+            i = index.get(k)
+            if i is None:
+                raise DecodeError(f"key column {k!r} is not a column of the value")
+            columns[i].key_position = pos
+            key_indexes.append(i)
+        schema = pb.TableSchema(columns=columns)
+        schema.fingerprint = fingerprint(columns)
+        plan = _TablePlan(
+            schema=schema,
+            fingerprint=schema.fingerprint,
+            names=tuple(names),
+            converters=tuple(converters),
+            expected=tuple(expected),
+            pairs=tuple(zip(names, converters, strict=True)),
+            index=index,
+            key_names=tuple(key_names or ()),
+            key_indexes=tuple(key_indexes),
+        )
+        with self._lock:
+            self._plans[plan_key] = plan
+        return plan
+
+    def _change(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        payload: dict[str, Any],
+        source: dict[str, Any],
+        op: int,
+        plan: _TablePlan | None,
+        key_payload: dict[str, Any] | None,
+    ) -> pb.ChangeRecord:
+        src_schema, src_table = source.get("schema"), source.get("table")
+        if not isinstance(src_schema, str) or not isinstance(src_table, str):
+            raise DecodeError("source block has no schema/table")
+        prefix = self._prefix(topic) if topic else source.get("name") or ""
+        table_id = f"{prefix}.{src_schema}.{src_table}"
+        record = pb.ChangeRecord()
+        ev = record.change  # built in place: wrapping a finished event would copy it
+        ev.table_id = table_id
+        ev.op = op  # type: ignore[assignment]
+        _fill_source(ev.source, source, payload, topic, partition, offset)
+        tx = payload.get("transaction")
+        if tx.__class__ is dict:
+            t = ev.transaction
+            t.id = tx.get("id") or ""
+            t.total_order = tx.get("total_order") or 0
+            t.data_collection_order = tx.get("data_collection_order") or 0
+        if plan is None or op == pb.OPERATION_TRUNCATE:  # no rows, no key, no schema
+            return record
+        ev.schema.CopyFrom(plan.schema)
+        ev.schema_version = plan.fingerprint
+        before, after = payload.get("before"), payload.get("after")
+        if before is not None:
+            ev.before.SetInParent()
+            _row(plan, before, "before", ev.before.values.add)
+        if after is not None:
+            ev.after.SetInParent()
+            _row(plan, after, "after", ev.after.values.add)
+        elif op != pb.OPERATION_DELETE:
+            raise DecodeError(f"op {payload['op']!r} without 'after'")
+        if key_payload is None:
+            raise DecodeError(
+                f"table {table_id} has no primary key (Debezium sent a null key); Hudi needs a record key: "
+                "add a primary key or set Debezium's message.key.columns for it"
+            )
+        add = ev.key.values.add
+        columns = plan.schema.columns
+        texts = []
+        for name, i in zip(plan.key_names, plan.key_indexes, strict=True):
+            raw = key_payload.get(name)
+            if raw is None:
+                add()
+            else:
+                try:
+                    plan.converters[i](add, raw)
+                except (TypeError, ValueError, KeyError, OverflowError):
+                    raise DecodeError(
+                        f"key column {name!r}: expected {plan.expected[i]}, got {_show(raw)}"
+                    ) from None
+            try:
+                texts.append(key_text(columns[i], ev.key.values[-1]))
+            except ValueError as e:
+                raise DecodeError(f"key column {name!r}: {e}") from None
+        ev.record_key = _record_key(plan.key_names, texts)
+        return record
+
+
+def _verified_head(data: bytes, schema: Any) -> bytes | None:
+    """``b'{"schema":S,"payload":'`` if ``data`` starts so with S the exact text of ``schema``."""
+    if not data.startswith(_SCHEMA_HEAD):
+        return None
+    sep = data.find(_PAYLOAD_SEP)
+    while sep > 0:
+        try:
+            if orjson.loads(data[len(_SCHEMA_HEAD) : sep]) == schema:
+                return data[: sep + len(_PAYLOAD_SEP)]
+        except orjson.JSONDecodeError:
+            pass
+        sep = data.find(_PAYLOAD_SEP, sep + 1)
+    return None
+
+
+def _envelope_row_fields(envelope: Any) -> list[dict[str, Any]]:
+    """The row fields (the ``after``/``before`` struct) of a Debezium envelope schema."""
+    if envelope.__class__ is not dict or envelope.get("type") != "struct":
+        raise DecodeError("value schema is not a Debezium envelope struct")
+    for name in ("after", "before"):
+        for f in envelope.get("fields") or ():
+            if f.get("field") == name and f.get("type") == "struct":
+                return list(f.get("fields") or ())
+    raise DecodeError("value schema has no 'before'/'after' struct (not a Debezium change event)")
+
+
+def _row(plan: _TablePlan, data: Any, which: str, add: Any) -> None:
+    """Append the values of ``data`` (a before/after dict) in the plan's column order."""
+    if data.__class__ is not dict:
+        raise DecodeError(f"'{which}' is not a record")
+    get = data.get
+    raw: Any = None
+    name = ""
+    try:
+        for name, conv in plan.pairs:
+            raw = get(name)
+            if raw is None:
+                add()
+            else:
+                conv(add, raw)
+    except (TypeError, ValueError, KeyError, OverflowError):
+        expected = plan.expected[plan.index[name]]
+        raise DecodeError(f"column {name!r}: expected {expected}, got {_show(raw)}") from None
+    if len(data) > len(plan.names):
+        extra = [k for k in data if k not in plan.index]
+        if extra:
+            raise DecodeError(f"'{which}' has column {extra[0]!r} that the schema does not declare")
+
+
+def _show(raw: Any) -> str:
+    text = repr(raw)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _record_key(names: Sequence[str], texts: list[str | None]) -> str:
+    """Hudi's record key text: the value of a one-column key (simple key generator), else
+    ``col1:v1,col2:v2`` with ``__null__``/``__empty__`` (complex key generator)."""
+    if len(names) == 1:
+        text = texts[0]
+        if text is None or text == "":
+            raise DecodeError(f"record key column {names[0]!r} is null or empty")
+        return text
+    if all(t is None for t in texts):
+        raise DecodeError(f"all record key columns ({', '.join(names)}) are null")
+    return ",".join(
+        f"{n}:{NULL_KEY if t is None else EMPTY_KEY if t == '' else t}"
+        for n, t in zip(names, texts, strict=True)
+    )
+
+
+def _fill_source(
+    s: pb.SourcePosition,
+    source: dict[str, Any],
+    payload: dict[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+) -> None:
+    get = source.get
+    s.connector = get("connector") or ""
+    s.database = get("db") or ""
+    s.schema = get("schema") or ""
+    s.table = get("table") or ""
+    s.lsn = get("lsn") or 0
+    s.tx_id = get("txId") or 0
+    s.xmin = get("xmin") or 0
+    s.source_ts_ms = get("ts_ms") or 0
+    s.processed_ts_ms = payload.get("ts_ms") or 0
+    marker = get("snapshot")
+    if marker.__class__ is bool:  # older Debezium: a boolean
+        marker = "true" if marker else "false"
+    marker = marker or "false"
+    s.snapshot_marker = marker
+    s.snapshot = marker not in ("false", "")
+    s.kafka_topic = topic
+    s.kafka_partition = partition
+    s.kafka_offset = offset

@@ -1,0 +1,456 @@
+"""Debezium PostgreSQL column encodings -> Inlet's typed values.
+
+Every column is described in Kafka Connect's schema form (the ``schema`` of JsonConverter's
+output: ``{"type": "int64", "name": "io.debezium.time.MicroTimestamp", "optional": true, ...}``);
+the Avro path (:mod:`.avro`) and the PostgreSQL catalog (:mod:`.catalog`) translate their schemas
+into the same form, so one function, :func:`column_plan`, maps all three. It returns the
+:class:`~inlet.proto.changes.v1.changes_pb2.Column` plus a converter that turns one wire value
+(never ``None``) into a ``Value``: the converter is chosen once per column, so decoding a row is a
+loop over precomputed functions. A converter raises TypeError/ValueError/KeyError for a value of
+the wrong encoding; the caller reports the column and ``ColumnPlan.expected``.
+
+``wire`` is ``"json"`` (bytes travel base64-encoded) or ``"avro"`` (bytes are bytes).
+"""
+
+from __future__ import annotations
+
+import binascii
+import datetime as dt
+import hashlib
+import struct
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from inlet.proto.changes.v1 import changes_pb2 as pb
+
+Value = pb.Value
+CT = pb.ColumnType
+Converter = Callable[[Any, Any], None]  # (add, wire value) -> None; see "converters" below
+
+#: Debezium's default ``unavailable.value.placeholder`` (an unchanged TOASTed value).
+PLACEHOLDER = "__debezium_unavailable_value"
+PLACEHOLDER_BYTES = PLACEHOLDER.encode()
+PLACEHOLDER_B64 = binascii.b2a_base64(PLACEHOLDER_BYTES, newline=False).decode()
+# what Debezium sends for unchanged TOASTed arrays / hstore / uuid[] (UnchangedToastedPlaceholder)
+_PH_INT_LIST = list(PLACEHOLDER_BYTES)
+_PH_UUID = str(uuid.UUID(bytes=hashlib.md5(PLACEHOLDER_BYTES).digest(), version=3))  # Java nameUUIDFromBytes
+_PH_HSTORE_JSON = orjson.dumps({PLACEHOLDER: PLACEHOLDER}).decode()
+# geometry placeholders: 'SRID=4326;POINT(-99999999 -99999999)'::geometry and the geography one
+_PH_GEOMETRY_WKB = bytes.fromhex("0101000020E6100000000000FC83D797C1000000FC83D797C1")
+_PH_GEOGRAPHY_WKB = bytes.fromhex("0101000020E61000000C21E7FDFF7F66401842CEFBFF7F5640")
+_PH_POINT = -99999999.0
+
+#: timestamps PostgreSQL calls 'infinity' / '-infinity' (Debezium's ZonedTimestamp strings)
+INFINITY_MICROS = 2**63 - 1
+NEG_INFINITY_MICROS = -(2**63)
+
+_UNCHANGED_MSG = pb.Unchanged()
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_ONE_US = dt.timedelta(microseconds=1)
+
+
+class UnsupportedType(Exception):
+    """A Connect schema this decoder does not map."""
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    column: pb.Column  # key_position not set
+    convert: Converter
+    expected: str  # the wire encoding, for error messages ("int32 days for io.debezium.time.Date")
+
+
+# ------------------------------------------------------------------------------ converters
+#
+# A converter is ``conv(add, raw)``: ``add`` is the ``add`` method of a repeated ``Value`` field
+# (building values in place is twice as fast as constructing and copying them); ``raw`` is never
+# None. Plain ints and strings rely on protobuf's own type checks (a TypeError names no column:
+# the row loop turns it into a DecodeError with the column's expected encoding).
+
+
+def _int(add: Any, raw: Any) -> None:
+    add(int_value=raw)
+
+
+def _scaled_int(factor: int) -> Converter:
+    def conv(add: Any, raw: Any) -> None:
+        if raw.__class__ is not int:
+            raise TypeError
+        add(int_value=raw * factor)
+
+    return conv
+
+
+def _floored_int(divisor: int) -> Converter:
+    def conv(add: Any, raw: Any) -> None:
+        if raw.__class__ is not int:
+            raise TypeError
+        add(int_value=raw // divisor)
+
+    return conv
+
+
+_FLOAT_WORDS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def _float(add: Any, raw: Any) -> None:
+    cls = raw.__class__
+    if cls is str:  # Jackson writes NaN and the infinities as strings
+        raw = _FLOAT_WORDS[raw]  # KeyError -> the row loop reports the column
+    elif cls is bool:
+        raise TypeError
+    add(double_value=raw)
+
+
+def _bool(add: Any, raw: Any) -> None:
+    if raw is not True and raw is not False:
+        raise TypeError
+    add(bool_value=raw)
+
+
+def _string(add: Any, raw: Any) -> None:
+    if raw == PLACEHOLDER:
+        add(unchanged=_UNCHANGED_MSG)
+    else:
+        add(string_value=raw)
+
+
+def _string_with(placeholders: frozenset[str]) -> Converter:
+    def conv(add: Any, raw: Any) -> None:
+        if raw in placeholders:
+            add(unchanged=_UNCHANGED_MSG)
+        else:
+            add(string_value=raw)
+
+    return conv
+
+
+def _b64(raw: Any) -> bytes:
+    if raw.__class__ is not str:
+        raise TypeError
+    return binascii.a2b_base64(raw, strict_mode=True)  # binascii.Error is a ValueError
+
+
+def _bytes_json(add: Any, raw: Any) -> None:
+    if raw == PLACEHOLDER_B64:
+        add(unchanged=_UNCHANGED_MSG)
+    else:
+        add(bytes_value=_b64(raw))
+
+
+def _bytes_avro(add: Any, raw: Any) -> None:
+    if raw == PLACEHOLDER_BYTES:
+        add(unchanged=_UNCHANGED_MSG)
+    else:
+        add(bytes_value=raw)
+
+
+def _raw_bytes(raw: Any, wire: str) -> bytes:
+    if wire == "json":
+        return _b64(raw)
+    if raw.__class__ is not bytes:
+        raise TypeError
+    return raw
+
+
+def decimal_text(unscaled: int, scale: int) -> str:
+    """The exact decimal text of ``unscaled * 10**-scale`` (scale digits after the point)."""
+    if scale <= 0:
+        return str(unscaled * 10**-scale)
+    digits = str(abs(unscaled)).rjust(scale + 1, "0")
+    text = f"{digits[:-scale]}.{digits[-scale:]}"
+    return "-" + text if unscaled < 0 else text
+
+
+def _decimal(wire: str, scale: int) -> Converter:
+    from_bytes = int.from_bytes
+
+    if wire == "json":
+
+        def conv(add: Any, raw: Any) -> None:
+            data = _b64(raw)
+            if not data:
+                raise ValueError
+            add(decimal_value=decimal_text(from_bytes(data, "big", signed=True), scale))
+
+        return conv
+
+    def conv_avro(add: Any, raw: Any) -> None:
+        if raw.__class__ is not bytes or not raw:
+            raise TypeError
+        add(decimal_value=decimal_text(from_bytes(raw, "big", signed=True), scale))
+
+    return conv_avro
+
+
+def _variable_decimal(wire: str) -> Converter:
+    def conv(add: Any, raw: Any) -> None:
+        if raw.__class__ is not dict:
+            raise TypeError
+        scale = raw.get("scale")
+        value = raw.get("value")
+        if scale.__class__ is not int or value is None:
+            raise TypeError
+        data = _raw_bytes(value, wire)
+        if not data:
+            raise ValueError
+        add(decimal_value=decimal_text(int.from_bytes(data, "big", signed=True), scale))
+
+    return conv
+
+
+def _zoned_timestamp(add: Any, raw: Any) -> None:
+    if raw.__class__ is not str:
+        raise TypeError
+    try:
+        moment = dt.datetime.fromisoformat(raw)
+    except ValueError:
+        if raw == "infinity":
+            add(int_value=INFINITY_MICROS)
+            return
+        if raw == "-infinity":
+            add(int_value=NEG_INFINITY_MICROS)
+            return
+        raise
+    if moment.tzinfo is None:
+        raise ValueError
+    add(int_value=(moment - _EPOCH) // _ONE_US)
+
+
+def _wkb_point(x: float, y: float) -> bytes:
+    return struct.pack("<BIdd", 1, 1, x, y)
+
+
+def _geometry(wire: str, name: str) -> Converter:
+    is_point = name == "io.debezium.data.geometry.Point"
+    placeholder = _PH_GEOGRAPHY_WKB if name.endswith("Geography") else _PH_GEOMETRY_WKB
+
+    def conv(add: Any, raw: Any) -> None:
+        if raw.__class__ is not dict:
+            raise TypeError
+        wkb = raw.get("wkb")
+        if is_point:
+            x, y = raw.get("x"), raw.get("y")
+            if x == _PH_POINT and y == _PH_POINT:
+                add(unchanged=_UNCHANGED_MSG)
+                return
+            if wkb is None:
+                if x.__class__ not in (int, float) or y.__class__ not in (int, float):
+                    raise TypeError
+                add(bytes_value=_wkb_point(float(x), float(y)))
+                return
+        if wkb is None:
+            raise TypeError
+        data = _raw_bytes(wkb, wire)
+        if data == placeholder:
+            add(unchanged=_UNCHANGED_MSG)
+        else:
+            add(bytes_value=data)
+
+    return conv
+
+
+def _map_json(add: Any, raw: Any) -> None:
+    if raw.__class__ is not dict:
+        raise TypeError
+    if raw == {PLACEHOLDER: PLACEHOLDER}:
+        add(unchanged=_UNCHANGED_MSG)
+    else:
+        add(string_value=orjson.dumps(raw, option=orjson.OPT_SORT_KEYS).decode())
+
+
+def _list(element: Converter, placeholders: list[Any]) -> Converter:
+    def conv(add: Any, raw: Any) -> None:
+        if raw.__class__ is not list:
+            raise TypeError
+        if raw and raw in placeholders:
+            add(unchanged=_UNCHANGED_MSG)
+            return
+        lv = add().list_value
+        lv.SetInParent()
+        add_elem = lv.values.add
+        for v in raw:
+            if v is None:
+                add_elem()
+            else:
+                element(add_elem, v)
+
+    return conv
+
+
+# ------------------------------------------------------------------------------ schema -> plan
+
+_PRIMITIVE: dict[str, tuple[int, str]] = {
+    "int8": (CT.COLUMN_TYPE_INT16, "int8"),
+    "int16": (CT.COLUMN_TYPE_INT16, "int16"),
+    "int32": (CT.COLUMN_TYPE_INT32, "int32"),
+    "int64": (CT.COLUMN_TYPE_INT64, "int64"),
+    "float": (CT.COLUMN_TYPE_FLOAT32, "float32"),
+    "float32": (CT.COLUMN_TYPE_FLOAT32, "float32"),
+    "double": (CT.COLUMN_TYPE_FLOAT64, "float64"),
+    "float64": (CT.COLUMN_TYPE_FLOAT64, "float64"),
+    "boolean": (CT.COLUMN_TYPE_BOOLEAN, "boolean"),
+    "string": (CT.COLUMN_TYPE_STRING, "string"),
+    "bytes": (CT.COLUMN_TYPE_BYTES, "bytes"),
+}
+
+_GEOMETRY_NAMES = {
+    "io.debezium.data.geometry.Geometry",
+    "io.debezium.data.geometry.Geography",
+    "io.debezium.data.geometry.Point",
+}
+
+
+def column_plan(field: dict[str, Any], wire: str, name: str | None = None) -> ColumnPlan:
+    """Map one Connect field schema to its column, value converter and expected encoding.
+
+    Raises :class:`UnsupportedType` for a schema Debezium's PostgreSQL connector does not produce.
+    """
+    col_name = name if name is not None else field.get("field", "")
+    type_ = field.get("type")
+    logical = field.get("name")
+    params = field.get("parameters") or {}
+    col = pb.Column(name=str(col_name), nullable=bool(field.get("optional", False)))
+    col.source_type = logical or str(type_)
+    b64 = "base64 " if wire == "json" else ""
+
+    def done(ctype: int, conv: Converter, expected: str) -> ColumnPlan:
+        col.type = ctype  # type: ignore[assignment]
+        return ColumnPlan(col, conv, expected)
+
+    if logical == "org.apache.kafka.connect.data.Decimal":
+        try:
+            scale = int(params.get("scale", "0"))
+            precision = int(params.get("connect.decimal.precision", "0"))
+        except (TypeError, ValueError):
+            raise UnsupportedType(f"decimal with parameters {params}") from None
+        col.precision, col.scale = precision, scale
+        return done(
+            CT.COLUMN_TYPE_DECIMAL, _decimal(wire, scale), f"{b64}two's-complement bytes for {logical}"
+        )
+    if logical == "io.debezium.data.VariableScaleDecimal":
+        return done(
+            CT.COLUMN_TYPE_DECIMAL, _variable_decimal(wire), f"a {{scale, value}} struct for {logical}"
+        )
+    if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
+        return done(CT.COLUMN_TYPE_DATE, _int, f"int32 days for {logical}")
+    if logical in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
+        return done(CT.COLUMN_TYPE_TIME_MICROS, _scaled_int(1000), f"int32 milliseconds for {logical}")
+    if logical == "io.debezium.time.MicroTime":
+        return done(CT.COLUMN_TYPE_TIME_MICROS, _int, f"int64 microseconds for {logical}")
+    if logical == "io.debezium.time.NanoTime":
+        return done(CT.COLUMN_TYPE_TIME_MICROS, _floored_int(1000), f"int64 nanoseconds for {logical}")
+    if logical in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
+        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _scaled_int(1000), f"int64 milliseconds for {logical}")
+    if logical == "io.debezium.time.MicroTimestamp":
+        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _int, f"int64 microseconds for {logical}")
+    if logical == "io.debezium.time.NanoTimestamp":
+        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _floored_int(1000), f"int64 nanoseconds for {logical}")
+    if logical == "io.debezium.time.ZonedTimestamp":
+        return done(
+            CT.COLUMN_TYPE_TIMESTAMP_MICROS_UTC, _zoned_timestamp, f"an ISO-8601 string for {logical}"
+        )
+    if logical == "io.debezium.time.MicroDuration":
+        return done(CT.COLUMN_TYPE_DURATION_MICROS, _int, f"int64 microseconds for {logical}")
+    if logical == "io.debezium.data.Json":
+        return done(
+            CT.COLUMN_TYPE_JSON,
+            _string_with(frozenset((PLACEHOLDER, _PH_HSTORE_JSON))),
+            f"a string for {logical}",
+        )
+    if logical == "io.debezium.data.Uuid":
+        return done(
+            CT.COLUMN_TYPE_UUID, _string_with(frozenset((PLACEHOLDER, _PH_UUID))), f"a string for {logical}"
+        )
+    if logical == "io.debezium.data.Bits":
+        return done(
+            CT.COLUMN_TYPE_BYTES, _bytes_json if wire == "json" else _bytes_avro, f"{b64}bytes for {logical}"
+        )
+    if logical in _GEOMETRY_NAMES:
+        return done(CT.COLUMN_TYPE_BYTES, _geometry(wire, logical), f"a struct with wkb for {logical}")
+
+    if type_ == "array":
+        items = field.get("items")
+        if not isinstance(items, dict):
+            raise UnsupportedType("array without items")
+        elem = column_plan({**items, "optional": items.get("optional", True)}, wire, name="element")
+        if elem.column.type == CT.COLUMN_TYPE_LIST:
+            raise UnsupportedType("nested arrays")
+        col.element.CopyFrom(elem.column)
+        placeholders: list[Any] = [
+            [PLACEHOLDER],
+            [PLACEHOLDER_B64 if wire == "json" else PLACEHOLDER_BYTES],
+            _PH_INT_LIST,
+            [_PH_UUID],
+        ]
+        return done(CT.COLUMN_TYPE_LIST, _list(elem.convert, placeholders), f"an array of {elem.expected}")
+    if type_ == "map":
+        return done(CT.COLUMN_TYPE_JSON, _map_json, "a map (hstore)")
+    if type_ in _PRIMITIVE:
+        ctype, wire_name = _PRIMITIVE[type_]
+        expected = f"{wire_name} for {logical}" if logical else wire_name
+        if type_ in ("int8", "int16", "int32", "int64"):
+            return done(ctype, _int, expected)
+        if ctype in (CT.COLUMN_TYPE_FLOAT32, CT.COLUMN_TYPE_FLOAT64):
+            return done(ctype, _float, expected)
+        if ctype == CT.COLUMN_TYPE_BOOLEAN:
+            return done(ctype, _bool, expected)
+        if ctype == CT.COLUMN_TYPE_BYTES:
+            return done(ctype, _bytes_json if wire == "json" else _bytes_avro, b64 + expected)
+        return done(ctype, _string, expected)  # string, and Enum, Xml, Interval, ZonedTime, Ltree...
+    raise UnsupportedType(f"{type_}{' ' + logical if logical else ''}")
+
+
+# ------------------------------------------------------------------------------ fingerprints
+
+
+def _column_identity(c: pb.Column) -> list[Any]:
+    ident: list[Any] = [c.name, int(c.type), c.precision, c.scale, c.nullable]
+    if c.type == CT.COLUMN_TYPE_LIST:
+        ident.append(_column_identity(c.element))
+    return ident
+
+
+def fingerprint(columns: list[pb.Column]) -> str:
+    """A stable hash of the columns' (name, type, precision, scale, element, nullable): the same
+    table decoded from JSON-with-schemas, Avro or the catalog gets the same fingerprint."""
+    data = orjson.dumps([_column_identity(c) for c in columns])
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------ record keys
+
+_EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def key_text(column: pb.Column, value: pb.Value) -> str | None:
+    """How a key value is rendered in the Hudi record key (``None`` for NULL).
+
+    Integers, strings, UUIDs and decimal text as they are; booleans ``true``/``false``; dates as
+    ``yyyy-MM-dd`` (Hudi renders Avro ``date`` values as LocalDate text); times, timestamps and
+    durations as their microsecond numbers (Hudi renders ``timestamp-micros`` longs as numbers);
+    doubles by Python's ``repr``; bytes base64.
+    """
+    kind = value.WhichOneof("kind")
+    if kind is None:
+        return None
+    if kind == "int_value":
+        if column.type == CT.COLUMN_TYPE_DATE:
+            return (_EPOCH_DATE + dt.timedelta(days=value.int_value)).isoformat()
+        return str(value.int_value)
+    if kind == "string_value":
+        return value.string_value
+    if kind == "decimal_value":
+        return value.decimal_value
+    if kind == "bool_value":
+        return "true" if value.bool_value else "false"
+    if kind == "double_value":
+        return repr(value.double_value)
+    if kind == "bytes_value":
+        return binascii.b2a_base64(value.bytes_value, newline=False).decode()
+    raise ValueError(f"a {kind} cannot be part of a record key")
