@@ -370,7 +370,7 @@ class Decoder:
         collections = payload.get("data_collections")
         if not isinstance(tx_id, str) or collections.__class__ is not list or total.__class__ is not int:
             raise DecodeError("transaction END without id, event_count or data_collections")
-        prefix = self._prefix(topic) if topic else ""
+        prefix = self._prefix(topic) if topic or self.topic_prefix is not None else ""
         ts = payload.get("ts_ms")
         out = []
         for c in collections:
@@ -465,7 +465,7 @@ class Decoder:
         src_schema, src_table = source.get("schema"), source.get("table")
         if not isinstance(src_schema, str) or not isinstance(src_table, str):
             raise DecodeError("source block has no schema/table")
-        prefix = self._prefix(topic) if topic else source.get("name") or ""
+        prefix = self._prefix(topic) if topic or self.topic_prefix is not None else source.get("name") or ""
         table_id = f"{prefix}.{src_schema}.{src_table}"
         record = pb.ChangeRecord()
         ev = record.change  # built in place: wrapping a finished event would copy it
