@@ -11,6 +11,15 @@ port, and are stopped (no process left) at the end of the session.
   or the broker named by ``$INLET_TEST_KAFKA_BOOTSTRAP``. Topics live for the whole session, so use
   unique topic names (or ``kafka_topic``). Tests that stop a broker must start their own
   ``EmbeddedKafka``, never stop this one.
+- ``debezium_factory``: starts :class:`inlet.services.stack.EmbeddedDebezium` connectors (the real Debezium
+  PostgreSQL connector in Kafka Connect standalone, ~10 s of JVM start each) on the session's broker;
+  ``debezium_factory(url, prefix=None, **options)`` returns a running one (unique ``topic.prefix`` unless
+  given), ``debezium_factory.release(dbz)`` stops it and drops its slot and publication; whatever is not
+  released is at the end of the session. Share one connector per module where tests allow it (a
+  module-scoped database fixture that releases it before dropping the database: PostgreSQL refuses to
+  drop a database with an active replication slot).
+- ``start_debezium``: the same for one test on its ``pg_url`` (the default URL); released before that
+  database is dropped.
 
 Every ``conftest.py`` is imported as the module ``conftest``: import helpers from ``inlet`` packages,
 not from here.
@@ -18,13 +27,15 @@ not from here.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from inlet.services.stack import EmbeddedKafka, EmbeddedPostgres
+from inlet.services.stack import EmbeddedDebezium, EmbeddedKafka, EmbeddedPostgres
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +88,62 @@ def kafka_topic(kafka_server: EmbeddedKafka, request: pytest.FixtureRequest) -> 
     name = _unique_name(request, "topic").replace("_", ".")
     kafka_server.create_topic(name, partitions=1)
     return name
+
+
+class DebeziumFactory:
+    """Starts ``EmbeddedDebezium`` connectors on one broker and stops every one it started."""
+
+    def __init__(self, kafka_bootstrap: str) -> None:
+        self.kafka_bootstrap = kafka_bootstrap
+        self.started: list[EmbeddedDebezium] = []
+
+    def __call__(
+        self, postgres_url: str, topic_prefix: str | None = None, **options: Any
+    ) -> EmbeddedDebezium:
+        """A running connector on ``postgres_url`` (``options`` are ``EmbeddedDebezium``'s keyword arguments)."""
+        prefix = topic_prefix or f"dbz{uuid.uuid4().hex[:10]}"
+        dbz = EmbeddedDebezium(postgres_url, self.kafka_bootstrap, prefix, **options)
+        self.started.append(dbz)
+        dbz.start()
+        return dbz
+
+    def release(self, dbz: EmbeddedDebezium) -> None:
+        """Stop ``dbz`` and drop its replication slot and publication (the database may be gone already)."""
+        dbz.stop()
+        with contextlib.suppress(Exception):  # best effort: the database or server may be gone
+            dbz.drop_slot()
+        if dbz in self.started:
+            self.started.remove(dbz)
+
+    def release_all(self) -> None:
+        for dbz in reversed(list(self.started)):
+            self.release(dbz)
+
+
+@pytest.fixture(scope="session")
+def debezium_factory(kafka_bootstrap: str) -> Iterator[DebeziumFactory]:
+    """Start Debezium connectors (Kafka Connect standalone JVMs) for the session; all stopped at its end."""
+    factory = DebeziumFactory(kafka_bootstrap)
+    try:
+        yield factory
+    finally:
+        factory.release_all()
+
+
+@pytest.fixture
+def start_debezium(debezium_factory: DebeziumFactory, pg_url: str) -> Iterator[Any]:
+    """``start_debezium(prefix=None, postgres_url=pg_url, **options)``: connectors released after this test."""
+    mine: list[EmbeddedDebezium] = []
+
+    def start(
+        topic_prefix: str | None = None, postgres_url: str | None = None, **options: Any
+    ) -> EmbeddedDebezium:
+        dbz = debezium_factory(postgres_url or pg_url, topic_prefix, **options)
+        mine.append(dbz)
+        return dbz
+
+    try:
+        yield start
+    finally:
+        for dbz in reversed(mine):
+            debezium_factory.release(dbz)
