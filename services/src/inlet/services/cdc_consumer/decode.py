@@ -385,7 +385,7 @@ class Decoder:
             out.append(
                 pb.ChangeRecord(
                     transaction=pb.TransactionEvent(
-                        id=tx_id,
+                        id=_tx_id(tx_id),
                         status=pb.TransactionEvent.STATUS_END,
                         table_id=f"{prefix}.{c['data_collection']}" if prefix else c["data_collection"],
                         table_event_count=c["event_count"],
@@ -475,7 +475,7 @@ class Decoder:
         tx = payload.get("transaction")
         if tx.__class__ is dict:
             t = ev.transaction
-            t.id = tx.get("id") or ""
+            t.id = _tx_id(tx.get("id"))
             t.total_order = tx.get("total_order") or 0
             t.data_collection_order = tx.get("data_collection_order") or 0
         if plan is None or op == pb.OPERATION_TRUNCATE:  # no rows, no key, no schema
@@ -516,6 +516,15 @@ class Decoder:
                 raise DecodeError(f"key column {name!r}: {e}") from None
         ev.record_key = _record_key(plan.key_names, texts)
         return record
+
+
+def _tx_id(debezium_id: Any) -> str:
+    """The txId part of Debezium's transaction id "<txId>:<lsn>" (Debezium 3.x's PostgreSQL
+    connector puts each event's own LSN after the colon, so only the txId identifies the
+    transaction across its events and its BEGIN/END)."""
+    if not isinstance(debezium_id, str):
+        return ""
+    return debezium_id.split(":", 1)[0]
 
 
 def _verified_head(data: bytes, schema: Any) -> bytes | None:

@@ -390,7 +390,10 @@ class TransactionRef(_message.Message):
     TOTAL_ORDER_FIELD_NUMBER: _builtins.int
     DATA_COLLECTION_ORDER_FIELD_NUMBER: _builtins.int
     id: _builtins.str
-    """Debezium's "<txId>:<lsn>" """
+    """The source transaction id (PostgreSQL txId) as text: the part of Debezium's "<txId>:<lsn>" before
+    the colon. Debezium 3.x's PostgreSQL connector appends each event's own LSN, so its full id
+    differs between the events (and the BEGIN/END) of one transaction; the txId part does not.
+    """
     total_order: _builtins.int
     data_collection_order: _builtins.int
     def __init__(
@@ -501,7 +504,7 @@ class TransactionEvent(_message.Message):
     TOTAL_EVENT_COUNT_FIELD_NUMBER: _builtins.int
     SOURCE_TS_MS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
-    """same as TransactionRef.id"""
+    """same as TransactionRef.id of the transaction's changes (the txId)"""
     status: Global___TransactionEvent.Status.ValueType
     table_id: _builtins.str
     """the table this copy was sent to"""
