@@ -34,6 +34,7 @@ from inlet.services.cli.options import (
     int_at_least,
     with_env,
 )
+from inlet.services.cli.writer import add_writer_commands
 
 log = logging.getLogger("inlet.cli")
 
@@ -541,6 +542,7 @@ def build_parser() -> ArgumentParser:
     _add_rollback(subparsers)
     _add_compaction(subparsers)
     add_coordinator_commands(subparsers)
+    add_writer_commands(subparsers)
     add_cdc_commands(subparsers)
     return parser
 

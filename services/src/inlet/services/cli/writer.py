@@ -1,0 +1,278 @@
+"""``inlet writer run``: the writer service (``inlet.changes.<table>`` topics -> Hudi tables).
+
+Every flag also comes from an ``INLET_WRITER_*`` environment variable (named in ``--help``); a flag
+wins over its variable. On start it prints one JSON line on stdout (``{"event": "serving", ...}``);
+logs go to stderr. SIGTERM/SIGINT finish the batch in progress, then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from inlet.services.cli.errors import UsageError
+from inlet.services.runtime import (
+    Setting,
+    SettingsError,
+    StopSignal,
+    add_arguments,
+    announce,
+    resolve,
+    serve_http,
+)
+
+ENV_PREFIX = "INLET_WRITER_"
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "bootstrap",
+        "--bootstrap",
+        "Kafka bootstrap servers (HOST:PORT[,...])",
+        required=True,
+        metavar="HOST:PORT",
+    ),
+    Setting("coordinator", "--coordinator", "commit coordinator address", required=True, metavar="HOST:PORT"),
+    Setting("coordinator_token", "--coordinator-token", "bearer token for the coordinator", metavar="TOKEN"),
+    Setting(
+        "lake_root",
+        "--lake-root",
+        "root directory of the tables: <root>/<database>/<schema>/<table>",
+        required=True,
+        metavar="DIR",
+    ),
+    Setting(
+        "topic_pattern",
+        "--topic-pattern",
+        "regular expression of the change topics",
+        default=r"^inlet\.changes\..*",
+        metavar="REGEX",
+    ),
+    Setting(
+        "group",
+        "--group",
+        "Kafka consumer group (its offsets are for lag monitoring only)",
+        default="inlet-writer",
+        metavar="NAME",
+    ),
+    Setting(
+        "engine",
+        "--engine",
+        "local: write in this process; spark: a Spark job per batch",
+        default="local",
+        metavar="{local,spark}",
+    ),
+    Setting(
+        "spark_master",
+        "--spark-master",
+        "Spark master with --engine spark",
+        default="local[2]",
+        metavar="URL",
+    ),
+    Setting(
+        "spark_conf", "--spark-conf", "Spark setting KEY=VALUE (repeatable)", kind="list", metavar="KEY=VALUE"
+    ),
+    Setting(
+        "table_config",
+        "--table-config",
+        'JSON list of per-table settings: [{"match": GLOB, "table_type": MERGE_ON_READ|COPY_ON_WRITE, '
+        '"buckets": N, "index": bucket|simple, "partition_by": [...], "options": {...}}]',
+        metavar="FILE",
+    ),
+    Setting(
+        "batch_max_records",
+        "--batch-max-records",
+        "records per batch (per table)",
+        kind="int",
+        default=10000,
+        metavar="N",
+    ),
+    Setting(
+        "batch_max_bytes",
+        "--batch-max-bytes",
+        "message bytes per batch (per table)",
+        kind="int",
+        default=64 * 1024 * 1024,
+        metavar="BYTES",
+    ),
+    Setting(
+        "batch_interval_ms",
+        "--batch-interval-ms",
+        "commit a table's records at least this often",
+        kind="int",
+        default=1000,
+        metavar="MS",
+    ),
+    Setting(
+        "transaction_hold_ms",
+        "--transaction-hold-ms",
+        "longest wait for an incomplete source transaction before committing part of it",
+        kind="int",
+        default=10000,
+        metavar="MS",
+    ),
+    Setting(
+        "retry_backoff_ms",
+        "--retry-backoff-ms",
+        "first backoff after a failed batch (doubles)",
+        kind="int",
+        default=1000,
+        metavar="MS",
+    ),
+    Setting(
+        "error_retry_s",
+        "--error-retry-s",
+        "retry interval of a table paused by bad input or an incompatible schema change",
+        kind="float",
+        default=30.0,
+        metavar="S",
+    ),
+    Setting(
+        "option",
+        "--option",
+        "Hudi write option KEY=VALUE for every table (repeatable)",
+        kind="list",
+        metavar="KEY=VALUE",
+    ),
+    Setting(
+        "kafka",
+        "--kafka",
+        "librdkafka consumer setting KEY=VALUE (repeatable)",
+        kind="list",
+        metavar="KEY=VALUE",
+    ),
+    Setting(
+        "compaction",
+        "--compaction",
+        "schedule and run Merge-on-Read compactions between batches",
+        kind="bool",
+        default=True,
+    ),
+    Setting(
+        "metrics_listen",
+        "--metrics-listen",
+        "HOST:PORT of /metrics and /healthz (port 0: any free port)",
+        default="127.0.0.1:9464",
+        metavar="HOST:PORT",
+    ),
+)
+
+DESCRIPTION = """\
+The writer service: consume typed change events from the Kafka topics inlet.changes.<table_id>
+(written by the CDC consumer) and upsert them into Apache Hudi tables, committing through the
+commit coordinator, exactly once.
+
+- A table is created from its first event at <lake-root>/<database>/<schema>/<table>: record key =
+  the primary key, ordering field _event_lsn (EVENT_TIME_ORDERING: a late, older change never
+  overwrites a newer one), Merge-on-Read with the bucket index (4 buckets) unless --table-config
+  says otherwise; registered with the coordinator (NON_BLOCKING for MOR + bucket, else OPTIMISTIC).
+- Each commit carries the Kafka offsets it consumed in its extraMetadata, in Apache Hudi Streamer's
+  format (deltastreamer.checkpoint.key = topic,partition:next_offset,...). Partitions are always
+  positioned from the table's newest checkpoint, never from the consumer group's offsets.
+- A commit never holds part of a source transaction (bounded by --transaction-hold-ms).
+- Schema changes (new columns, widened types) evolve the table; an incompatible change pauses that
+  table only (see /healthz).
+"""
+
+EPILOG = """\
+example:
+  inlet writer run --bootstrap kafka:9092 --coordinator coord:50551 --lake-root /lake \\
+      --table-config tables.json --metrics-listen 0.0.0.0:9464
+"""
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def add_writer_commands(subparsers: Any) -> None:
+    """Add ``writer run`` to the ``inlet`` command's subparsers."""
+    p = subparsers.add_parser(
+        "writer",
+        help="run the writer service (change topics -> Hudi tables)",
+        description="The writer service.",
+        formatter_class=_formatter,
+    )
+    sub = p.add_subparsers(dest="writer_command", metavar="COMMAND", required=True)
+    run_p = sub.add_parser(
+        "run",
+        help="consume change topics and commit to Hudi tables until SIGTERM/SIGINT",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=_formatter,
+    )
+    add_arguments(run_p, SETTINGS, ENV_PREFIX)
+    run_p.set_defaults(handler=cmd_run)
+
+
+def _pairs(items: Any, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, eq, value = str(item).partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"{flag}: expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> Any:
+    from inlet.services.writer.service import WriterConfig
+
+    try:
+        v = resolve(args, SETTINGS, ENV_PREFIX, environ)
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
+    if v["engine"] not in ("local", "spark"):
+        raise UsageError(f"--engine must be local or spark, not {v['engine']!r}")
+    for name in ("batch_max_records", "batch_max_bytes", "batch_interval_ms"):
+        if v[name] < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    kafka: dict[str, Any] = dict(_pairs(v["kafka"], "--kafka"))
+    return WriterConfig(
+        bootstrap=v["bootstrap"],
+        coordinator=v["coordinator"],
+        lake_root=v["lake_root"],
+        topic_pattern=v["topic_pattern"],
+        group=v["group"],
+        engine=v["engine"],
+        spark_master=v["spark_master"],
+        spark_conf=_pairs(v["spark_conf"], "--spark-conf"),
+        batch_max_records=v["batch_max_records"],
+        batch_max_bytes=v["batch_max_bytes"],
+        batch_interval_ms=v["batch_interval_ms"],
+        transaction_hold_ms=v["transaction_hold_ms"],
+        retry_backoff_ms=v["retry_backoff_ms"],
+        error_retry_s=v["error_retry_s"],
+        table_config=v["table_config"],
+        coordinator_token=v["coordinator_token"],
+        kafka=kafka,
+        write_options=_pairs(v["option"], "--option"),
+        compaction=bool(v["compaction"]),
+    ), v["metrics_listen"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from inlet.services.writer.service import Writer
+    from inlet.services.writer.tables import TableConfigError
+
+    config, listen = config_from_args(args)
+    try:
+        writer = Writer(config)
+    except TableConfigError as e:
+        raise UsageError(str(e)) from None
+    endpoint = serve_http(listen, writer.metrics.registry, writer.health)
+    with StopSignal() as stop:
+        announce(metrics=endpoint.address, group=config.group, engine=config.engine)
+        try:
+            return writer.run(stop.event)
+        finally:
+            endpoint.stop()
+
+
+def main(argv: Any = None) -> int:  # pragma: no cover - `python -m inlet.services.cli.writer`
+    from inlet.services.cli.main import main as inlet_main
+
+    return inlet_main(["writer", *(argv or [])])
+
+
+__all__ = ["SETTINGS", "add_writer_commands", "cmd_run", "config_from_args", "json"]

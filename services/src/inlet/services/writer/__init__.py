@@ -1,0 +1,6 @@
+"""The writer service: change topics (``inlet.changes.<table_id>``) -> Hudi tables, exactly once.
+
+Modules: :mod:`.rows` (ChangeEvents -> Arrow), :mod:`.checkpoint` (Hudi Streamer's Kafka checkpoint in
+commit metadata), :mod:`.batcher` (per-table buffers and transaction-aligned cuts), :mod:`.tables`
+(per-table configuration and creation), :mod:`.service` (the consumer loop), :mod:`.metrics`.
+"""

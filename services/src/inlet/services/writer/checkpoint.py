@@ -1,0 +1,103 @@
+"""The Kafka checkpoint a commit carries, in Apache Hudi Streamer's format, and finding it again.
+
+Apache Hudi's Kafka sources keep their position in the commit's extraMetadata under
+``deltastreamer.checkpoint.key`` (``StreamerCheckpointV1.STREAMER_CHECKPOINT_KEY_V1``) as
+``KafkaOffsetGen.CheckpointUtils.offsetsToStr``: ``<topic>,<partition>:<untilOffset>,...``, where
+``untilOffset`` is exclusive, i.e. the next offset to read. Kafka sources stay on checkpoint V1 on
+table version 8 too (only the Hudi-incremental sources move to ``streamer.checkpoint.key.v2``,
+whose value is an instant time, not offsets), and ``CheckpointUtils.getCheckpoint`` reads V1 when
+no V2 key is present, so this is what Hudi 1.x reads back.
+
+Inlet adds ``inlet.kafka.offset.ranges`` (``<topic>,<partition>:<from>-<until>,...``): the offsets
+the commit actually consumed, for audits (ranges of two commits never overlap).
+
+A worker resumes each partition from the newest completed commit (by completion time) whose
+checkpoint names that partition; commits without a checkpoint (compaction, other writers) are
+skipped. The consumer group's committed offsets are never used for this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from inlet.core.instant import Action
+from inlet.core.storage import Storage
+from inlet.core.timeline import Timeline
+
+CHECKPOINT_KEY = "deltastreamer.checkpoint.key"
+RANGES_KEY = "inlet.kafka.offset.ranges"
+_WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT)
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def format_checkpoint(topic: str, next_offsets: Mapping[int, int]) -> str:
+    if not next_offsets:
+        raise CheckpointError("a checkpoint needs at least one partition")
+    return topic + "," + ",".join(f"{p}:{next_offsets[p]}" for p in sorted(next_offsets))
+
+
+def parse_checkpoint(text: str) -> tuple[str, dict[int, int]]:
+    """``topic,p:offset,...`` -> (topic, {partition: next offset})."""
+    parts = text.split(",")
+    if len(parts) < 2 or not parts[0]:
+        raise CheckpointError(f"not a Kafka checkpoint: {text!r}")
+    # topic names cannot contain ',' so the first item is the topic
+    topic = parts[0]
+    offsets: dict[int, int] = {}
+    for item in parts[1:]:
+        p, colon, off = item.partition(":")
+        if not colon or not p.strip().lstrip("-").isdigit() or not off.strip().lstrip("-").isdigit():
+            raise CheckpointError(f"not a Kafka checkpoint: {text!r}")
+        offsets[int(p)] = int(off)
+    return topic, offsets
+
+
+def format_ranges(topic: str, ranges: Mapping[int, tuple[int, int]]) -> str:
+    return topic + "," + ",".join(f"{p}:{a}-{b}" for p, (a, b) in sorted(ranges.items()))
+
+
+def parse_ranges(text: str) -> tuple[str, dict[int, tuple[int, int]]]:
+    parts = text.split(",")
+    out: dict[int, tuple[int, int]] = {}
+    for item in parts[1:]:
+        p, _, span = item.partition(":")
+        a, _, b = span.partition("-")
+        out[int(p)] = (int(a), int(b))
+    return parts[0], out
+
+
+def table_checkpoint(storage: Storage, topic: str, timeline: Timeline | None = None) -> dict[int, int]:
+    """{partition: next offset} of ``topic`` from the table's completed commits, newest first."""
+    tl = timeline or _load_timeline(storage)
+    found: dict[int, int] = {}
+    instants = [i for i in tl.completed(_WRITE_ACTIONS)]
+    instants.sort(key=lambda i: (i.completion_time or i.time, i.time), reverse=True)
+    for instant in instants:
+        extra = tl.commit_metadata(instant).extra_metadata
+        text = extra.get(CHECKPOINT_KEY)
+        if not text:
+            continue
+        try:
+            ck_topic, offsets = parse_checkpoint(text)
+        except CheckpointError:
+            continue
+        if ck_topic != topic:
+            continue
+        for p, off in offsets.items():
+            found.setdefault(p, off)
+    return found
+
+
+def _load_timeline(storage: Storage) -> Timeline:
+    from inlet.core import properties as props_io
+    from inlet.core.config import TableConfig
+
+    props = props_io.read_properties(storage)
+    return Timeline.load(
+        storage,
+        TableConfig.TIMELINE_LAYOUT_VERSION.require(props),
+        TableConfig.TIMELINE_PATH.require(props),
+    )

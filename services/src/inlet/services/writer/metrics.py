@@ -1,0 +1,69 @@
+"""The writer's Prometheus metrics (one registry per service instance)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class WriterMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.records = Counter(
+            "inlet_writer_records_written", "Change records committed", ["table", "op"], registry=r
+        )
+        self.commits = Counter("inlet_writer_commits", "Commits made", ["table"], registry=r)
+        self.conflicts = Counter(
+            "inlet_writer_conflicts", "Commits refused as conflicts", ["table"], registry=r
+        )
+        self.retries = Counter(
+            "inlet_writer_retries",
+            "Batches dropped and re-read from the table checkpoint",
+            ["table"],
+            registry=r,
+        )
+        self.failures = Counter(
+            "inlet_writer_failures", "Failed writes by kind", ["table", "kind"], registry=r
+        )
+        self.batch_seconds = Histogram(
+            "inlet_writer_batch_seconds",
+            "Time to write and commit one batch",
+            ["table"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=r,
+        )
+        self.batch_records = Histogram(
+            "inlet_writer_batch_records",
+            "Records per committed batch",
+            ["table"],
+            buckets=(1, 10, 100, 1000, 10000, 100000),
+            registry=r,
+        )
+        self.freshness = Histogram(
+            "inlet_writer_freshness_seconds",
+            "Source commit (source_ts_ms) to Hudi commit, per record",
+            ["table"],
+            buckets=(0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600),
+            registry=r,
+        )
+        self.last_freshness = Gauge(
+            "inlet_writer_last_freshness_seconds",
+            "Source commit to Hudi commit of the newest record of the last batch",
+            ["table"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            "inlet_writer_kafka_lag", "High watermark minus position", ["topic", "partition"], registry=r
+        )
+        self.paused = Gauge("inlet_writer_paused_tables", "Tables whose partitions are paused", registry=r)
+        self.compactions = Counter("inlet_writer_compactions", "Compactions run", ["table"], registry=r)
+        self.compaction_seconds = Histogram(
+            "inlet_writer_compaction_seconds",
+            "Time ingestion of a table was blocked by its compaction (schedule + run)",
+            ["table"],
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+            registry=r,
+        )
+        self.buffered = Gauge(
+            "inlet_writer_buffered_records", "Records waiting in batches", ["table"], registry=r
+        )

@@ -1,0 +1,309 @@
+"""ChangeEvents -> one Arrow table for one Hudi upsert.
+
+Column types (ColumnType -> Arrow; chosen so Hudi's Avro schema, Spark and hudi-rs all read them):
+
+==================  ===================================================================
+BOOLEAN             bool
+INT16, INT32        int32 (Avro has no 16-bit int; Hudi/Spark read Avro ``int``)
+INT64               int64
+FLOAT32 / FLOAT64   float32 / float64
+DECIMAL(p, s)       decimal128(p, s) when the source declares 1 <= p <= 38; otherwise string
+                    (PostgreSQL ``numeric`` without a typmod has no fixed scale: its exact text is
+                    kept). NaN/Infinity in a decimal128 column become null (logged).
+STRING, JSON, UUID  string
+BYTES               binary
+DATE                date32
+TIME_MICROS         int64, microseconds since midnight (Spark has no TIME type)
+TIMESTAMP_MICROS*   timestamp(us, UTC) (wall-clock timestamps are stored as if UTC)
+DURATION_MICROS     int64 microseconds
+LIST                list<element>
+==================  ===================================================================
+
+Columns Apache Hudi's ``PostgresDebeziumSource`` adds (names from ``DebeziumConstants``):
+``_change_operation_type`` (c/u/d/r), ``_upstream_event_processed_ts_ms``, ``db_shard_source_partition``,
+``_event_origin_ts_ms``, ``_event_tx_id``, ``_event_lsn``, ``_event_xmin`` (longs but the op and shard),
+plus ``_hoodie_is_deleted``. Deletes are rows with ``_hoodie_is_deleted = true`` carrying the key
+(and the ``before`` image when sent), so one upsert orders inserts, deletes and re-inserts of a key by
+``_event_lsn`` (EVENT_TIME_ORDERING). An UPDATE whose key changed also deletes the old key.
+
+TOAST: an ``Unchanged`` value takes the key's previous value from earlier in the same batch when there
+is one; otherwise a string/bytes column gets Debezium's placeholder ``__debezium_unavailable_value``,
+which Hudi's FILL_UNAVAILABLE partial update (and Inlet's reader and compaction) replace with the
+stored value. ``Unchanged`` in another type without an earlier value in the batch is an error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from inlet.proto.changes.v1 import changes_pb2 as pb
+
+log = logging.getLogger("inlet.writer.rows")
+
+PLACEHOLDER = "__debezium_unavailable_value"
+OP_COL = "_change_operation_type"
+PROCESSED_TS_COL = "_upstream_event_processed_ts_ms"
+SHARD_COL = "db_shard_source_partition"
+ORIGIN_TS_COL = "_event_origin_ts_ms"
+TX_ID_COL = "_event_tx_id"
+LSN_COL = "_event_lsn"
+XMIN_COL = "_event_xmin"
+DELETED_COL = "_hoodie_is_deleted"
+SYNTHETIC_KEY_COL = "_inlet_record_key"  # tables without a primary key: the event's record key
+
+META_FIELDS: tuple[pa.Field, ...] = (
+    pa.field(OP_COL, pa.string()),
+    pa.field(PROCESSED_TS_COL, pa.int64()),
+    pa.field(SHARD_COL, pa.string()),
+    pa.field(ORIGIN_TS_COL, pa.int64()),
+    pa.field(TX_ID_COL, pa.int64()),
+    pa.field(LSN_COL, pa.int64()),
+    pa.field(XMIN_COL, pa.int64()),
+    pa.field(DELETED_COL, pa.bool_()),
+)
+OPS = {
+    pb.OPERATION_CREATE: "c",
+    pb.OPERATION_UPDATE: "u",
+    pb.OPERATION_DELETE: "d",
+    pb.OPERATION_READ: "r",
+}
+_EPOCH = dt.date(1970, 1, 1)
+_UTC_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class RowError(ValueError):
+    """A change cannot be turned into a row (the table's partitions pause; nothing is skipped)."""
+
+
+def arrow_type(col: pb.Column) -> pa.DataType:
+    t = col.type
+    if t == pb.COLUMN_TYPE_BOOLEAN:
+        return pa.bool_()
+    if t in (pb.COLUMN_TYPE_INT16, pb.COLUMN_TYPE_INT32):
+        return pa.int32()
+    if t in (pb.COLUMN_TYPE_INT64, pb.COLUMN_TYPE_TIME_MICROS, pb.COLUMN_TYPE_DURATION_MICROS):
+        return pa.int64()
+    if t == pb.COLUMN_TYPE_FLOAT32:
+        return pa.float32()
+    if t == pb.COLUMN_TYPE_FLOAT64:
+        return pa.float64()
+    if t == pb.COLUMN_TYPE_DECIMAL:
+        if 1 <= col.precision <= 38 and 0 <= col.scale <= col.precision:
+            return pa.decimal128(col.precision, col.scale)
+        return pa.string()
+    if t in (pb.COLUMN_TYPE_STRING, pb.COLUMN_TYPE_JSON, pb.COLUMN_TYPE_UUID):
+        return pa.string()
+    if t == pb.COLUMN_TYPE_BYTES:
+        return pa.binary()
+    if t == pb.COLUMN_TYPE_DATE:
+        return pa.date32()
+    if t in (pb.COLUMN_TYPE_TIMESTAMP_MICROS, pb.COLUMN_TYPE_TIMESTAMP_MICROS_UTC):
+        return pa.timestamp("us", tz="UTC")
+    if t == pb.COLUMN_TYPE_LIST:
+        if not col.HasField("element"):
+            raise RowError(f"column {col.name!r}: LIST without an element type")
+        return pa.list_(pa.field("element", arrow_type(col.element), True))
+    raise RowError(f"column {col.name!r}: unsupported column type {pb.ColumnType.Name(t)}")
+
+
+def key_columns(schema: pb.TableSchema) -> list[str]:
+    """The primary-key column names in key_position order (empty: no primary key)."""
+    keyed = sorted((c.key_position, c.name) for c in schema.columns if c.key_position > 0)
+    return [name for _, name in keyed]
+
+
+class _Unchanged:
+    pass
+
+
+UNCHANGED = _Unchanged()
+
+
+def _py(value: pb.Value, col: pb.Column, arrow: pa.DataType) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind is None:
+        return None
+    if kind == "unchanged":
+        return UNCHANGED
+    t = col.type
+    if kind == "list_value":
+        elem_arrow = arrow.value_type if pa.types.is_list(arrow) else pa.string()
+        out = []
+        for v in value.list_value.values:
+            item = _py(v, col.element, elem_arrow)
+            out.append(None if item is UNCHANGED else item)
+        return out
+    if kind == "decimal_value":
+        text = value.decimal_value
+        if pa.types.is_decimal(arrow):
+            try:
+                d = decimal.Decimal(text)
+            except decimal.InvalidOperation:
+                raise RowError(f"column {col.name!r}: bad decimal {text!r}") from None
+            if not d.is_finite():
+                log.warning(
+                    "column %s: %s does not fit decimal(%s,%s); stored as null",
+                    col.name,
+                    text,
+                    arrow.precision,
+                    arrow.scale,
+                )
+                return None
+            return d.quantize(decimal.Decimal(1).scaleb(-arrow.scale))
+        return text
+    if kind == "int_value":
+        n = value.int_value
+        if t == pb.COLUMN_TYPE_DATE:
+            return _EPOCH + dt.timedelta(days=n)
+        if t in (pb.COLUMN_TYPE_TIMESTAMP_MICROS, pb.COLUMN_TYPE_TIMESTAMP_MICROS_UTC):
+            return _UTC_EPOCH + dt.timedelta(microseconds=n)
+        if pa.types.is_string(arrow):  # a numeric without typmod sent as an integer
+            return str(n)
+        return n
+    if kind == "double_value":
+        if pa.types.is_string(arrow):
+            return repr(value.double_value)
+        return value.double_value
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bytes_value":
+        return value.bytes_value
+    if kind == "bool_value":
+        return value.bool_value
+    raise RowError(f"column {col.name!r}: unknown value kind {kind}")
+
+
+def _placeholder(arrow: pa.DataType) -> Any:
+    if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
+        return PLACEHOLDER
+    if pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow):
+        return PLACEHOLDER.encode()
+    return UNCHANGED
+
+
+@dataclass
+class Change:
+    """One ChangeEvent with where it was read from."""
+
+    event: pb.ChangeEvent
+    partition: int
+    offset: int
+
+
+def _row_dict(row: pb.Row, schema: pb.TableSchema, types: dict[str, pa.DataType]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for col, value in zip(schema.columns, row.values, strict=False):
+        out[col.name] = _py(value, col, types[col.name])
+    return out
+
+
+def batch_schema(changes: Sequence[Change]) -> tuple[list[pa.Field], list[str]]:
+    """Data columns (union of the batch's schemas, a column's type from the last schema naming it)
+    and the record key columns (the last schema's primary key)."""
+    order: list[str] = []
+    types: dict[str, pa.DataType] = {}
+    for ch in changes:
+        for col in ch.event.schema.columns:
+            if col.name not in types:
+                order.append(col.name)
+            types[col.name] = arrow_type(col)
+    keys = key_columns(changes[-1].event.schema) if changes else []
+    return [pa.field(n, types[n], True) for n in order], keys
+
+
+def to_arrow(changes: Sequence[Change], key_fields: Sequence[str] | None = None) -> pa.Table:
+    """The upsert input for ``changes`` (CREATE/UPDATE/DELETE/READ; arrival order per key)."""
+    fields, schema_keys = batch_schema(changes)
+    keys = list(key_fields) if key_fields is not None else schema_keys
+    types = {f.name: f.type for f in fields}
+    synthetic = not keys or keys == [SYNTHETIC_KEY_COL]
+    rows: list[dict[str, Any]] = []
+    latest: dict[str, dict[str, Any]] = {}  # record key -> last full image in this batch
+
+    def meta(ev: pb.ChangeEvent, op: str, deleted: bool) -> dict[str, Any]:
+        src = ev.source
+        return {
+            OP_COL: op,
+            PROCESSED_TS_COL: src.processed_ts_ms or None,
+            SHARD_COL: ev.table_id.split(".", 1)[0] if ev.table_id else None,
+            ORIGIN_TS_COL: src.source_ts_ms or None,
+            TX_ID_COL: src.tx_id or None,
+            LSN_COL: src.lsn,
+            XMIN_COL: src.xmin or None,
+            DELETED_COL: deleted,
+        }
+
+    def key_of(image: dict[str, Any]) -> str:
+        return "\x00".join(repr(image.get(k)) for k in keys)
+
+    for ch in changes:
+        ev = ch.event
+        if ev.op == pb.OPERATION_TRUNCATE or ev.op not in OPS:
+            raise RowError(f"{ev.table_id}: operation {pb.Operation.Name(ev.op)} is not handled here")
+        before = _row_dict(ev.before, ev.schema, types) if ev.HasField("before") else None
+        if ev.op == pb.OPERATION_DELETE:
+            image = {k: v for k, v in (before or {}).items() if v is not UNCHANGED}
+            key_cols = key_columns(ev.schema)
+            for col_name, value in zip(key_cols, ev.key.values, strict=False):
+                col = next(c for c in ev.schema.columns if c.name == col_name)
+                image[col_name] = _py(value, col, types[col_name])
+            if synthetic:
+                image[SYNTHETIC_KEY_COL] = ev.record_key
+            image.update(meta(ev, "d", True))
+            latest.pop(ev.record_key if synthetic else key_of(image), None)
+            rows.append(image)
+            continue
+        if not ev.HasField("after"):
+            raise RowError(f"{ev.table_id}: {pb.Operation.Name(ev.op)} without an after image")
+        after = _row_dict(ev.after, ev.schema, types)
+        if synthetic:
+            after[SYNTHETIC_KEY_COL] = ev.record_key
+        rk = ev.record_key if synthetic else key_of(after)
+        if before is not None and not synthetic and ev.op == pb.OPERATION_UPDATE:
+            old = {k: before.get(k) for k in keys}
+            if all(v is not UNCHANGED for v in old.values()) and key_of(old) != rk:
+                gone = dict(old)
+                gone.update(meta(ev, "d", True))
+                latest.pop(key_of(old), None)
+                rows.append(gone)
+        prev = latest.get(rk)
+        for name, value in list(after.items()):
+            if value is UNCHANGED:
+                if prev is not None and name in prev:
+                    after[name] = prev[name]
+                elif before is not None and before.get(name) not in (None, UNCHANGED):
+                    after[name] = before[name]
+                else:
+                    filled = _placeholder(types[name])
+                    if filled is UNCHANGED:
+                        raise RowError(
+                            f"{ev.table_id}: column {name!r} ({types[name]}) is unchanged (TOAST) with "
+                            "no earlier value in the batch; only string and bytes columns take the placeholder"
+                        )
+                    after[name] = filled
+        latest[rk] = {k: v for k, v in after.items() if v != PLACEHOLDER and v != PLACEHOLDER.encode()}
+        after.update(meta(ev, OPS[ev.op], False))
+        rows.append(after)
+
+    out_fields = list(fields)
+    if synthetic:
+        out_fields.append(pa.field(SYNTHETIC_KEY_COL, pa.string(), True))
+    out_fields.extend(f for f in META_FIELDS if f.name not in types)
+    columns: dict[str, list[Any]] = {f.name: [] for f in out_fields}
+    for r in rows:
+        for f in out_fields:
+            columns[f.name].append(r.get(f.name))
+    arrays = []
+    for f in out_fields:
+        try:
+            arrays.append(pa.array(columns[f.name], type=f.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
+            raise RowError(f"column {f.name!r}: values do not fit {f.type}: {e}") from None
+    return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))

@@ -1,0 +1,658 @@
+"""The writer service: ``inlet.changes.<table_id>`` topics -> Hudi tables, exactly once.
+
+One consumer (a member of ``--group``) reads every matching topic; each table has its own buffer,
+cut and commit. Exactly-once comes from the table, not from Kafka:
+
+- every commit carries the next offsets of the table's partitions (Hudi Streamer's
+  ``deltastreamer.checkpoint.key``, see :mod:`.checkpoint`);
+- on assignment, and after any failed batch, a partition is positioned at the offset found in
+  the newest completed commit naming it (the beginning when none does), never at the consumer
+  group's committed offset (committed only for lag monitoring);
+- a failed write is rolled back by the core (or later by the coordinator's janitor when the
+  process died), the table's buffer is dropped, its partitions paused and, after a backoff,
+  re-positioned from the table's checkpoint; when the commit call failed with an unknown outcome
+  the timeline decides whether it landed (its checkpoint is then the table's).
+
+Records of one table never hold up another's: a failing table's partitions are paused (bad
+input and incompatible schema changes stay paused, retried every ``--error-retry-s``, and are
+reported on /healthz) and a table whose held buffer grows beyond twice the batch limits is
+paused until it commits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from google.protobuf.message import DecodeError
+
+from inlet.core import HudiTable, faults
+from inlet.core.errors import CommitConflictError, InvalidInputError, SchemaError
+from inlet.core.storage import Storage
+from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.coordinator.client import CoordinatorCallError, CoordinatorClient, GrpcCommitProtocol
+from inlet.services.logs import log_event
+from inlet.services.writer import checkpoint as ckpt
+from inlet.services.writer import tables
+from inlet.services.writer.batcher import Cut, Entry, TableBuffer
+from inlet.services.writer.metrics import WriterMetrics
+from inlet.services.writer.rows import OP_COL, Change, RowError, key_columns, to_arrow
+
+log = logging.getLogger("inlet.writer")
+
+TOPIC_PREFIX = "inlet.changes."
+# fault points of the writer (INLET_CRASH_AT=...), beside the core's
+AFTER_COMMIT = "writer_after_commit"  # the commit landed, nothing else recorded yet
+BEFORE_WRITE = "writer_before_write"
+
+
+@dataclass
+class WriterConfig:
+    bootstrap: str
+    coordinator: str
+    lake_root: str
+    topic_pattern: str = r"^inlet\.changes\..*"
+    group: str = "inlet-writer"
+    engine: str = "local"
+    spark_master: str = "local[2]"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    batch_max_records: int = 10000
+    batch_max_bytes: int = 64 * 1024 * 1024
+    batch_interval_ms: int = 1000
+    transaction_hold_ms: int = 10000
+    retry_backoff_ms: int = 1000
+    error_retry_s: float = 30.0
+    table_config: str | None = None
+    coordinator_token: str | None = None
+    kafka: dict[str, Any] = field(default_factory=dict)  # extra librdkafka consumer settings
+    write_options: dict[str, str] = field(default_factory=dict)
+    compaction: bool = True
+
+
+@dataclass
+class TableState:
+    table_id: str
+    topic: str
+    path: str | None = None
+    protocol: GrpcCommitProtocol | None = None
+    assigned: set[int] = field(default_factory=set)
+    positions: dict[int, int] = field(default_factory=dict)  # committed next offset per partition
+    expected: dict[int, int] = field(default_factory=dict)  # next offset we accept per partition
+    buffer: TableBuffer = field(default_factory=TableBuffer)
+    paused: bool = False
+    held_paused: bool = False
+    retry_at: float | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    failures: int = 0
+    held_logged: bool = False
+    last_commit: str | None = None
+
+
+def table_id_of(topic: str) -> str:
+    return topic[len(TOPIC_PREFIX) :] if topic.startswith(TOPIC_PREFIX) else topic
+
+
+class Writer:
+    def __init__(self, config: WriterConfig, metrics: WriterMetrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or WriterMetrics()
+        self.rules = tables.load_rules(config.table_config)
+        self.client = CoordinatorClient(config.coordinator, token=config.coordinator_token, timeout_s=60)
+        self.tables: dict[str, TableState] = {}
+        self.consumer: Consumer | None = None
+        self._spark: Any = None
+        self._last_lag = 0.0
+        self.started = False
+
+    # ------------------------------------------------------------------ health
+
+    def health(self) -> tuple[bool, Mapping[str, Any]]:
+        details: dict[str, Any] = {}
+        for tid, st in sorted(self.tables.items()):
+            details[tid] = {
+                "state": "paused" if st.paused else "running",
+                "error": st.error,
+                "buffered": st.buffer.records,
+                "last_commit": st.last_commit,
+                "partitions": sorted(st.assigned),
+            }
+        degraded = any(st.error for st in self.tables.values())
+        return self.started, {"degraded": degraded, "tables": details}
+
+    # ------------------------------------------------------------------ consumer
+
+    def _consumer_settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "bootstrap.servers": self.config.bootstrap,
+            "group.id": self.config.group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "topic.metadata.refresh.interval.ms": 5000,
+            "partition.assignment.strategy": "range",
+        }
+        settings.update(self.config.kafka)
+        return settings
+
+    def _state(self, topic: str) -> TableState:
+        tid = table_id_of(topic)
+        st = self.tables.get(tid)
+        if st is None:
+            st = self.tables[tid] = TableState(tid, topic)
+        return st
+
+    def _load_path(self, st: TableState) -> None:
+        if st.path is not None:
+            return
+        try:
+            desc = self.client.describe_table(st.table_id)
+        except CoordinatorCallError as e:
+            if e.code.name == "NOT_FOUND":
+                return
+            raise
+        if desc.table.base_path:
+            st.path = desc.table.base_path
+
+    def _checkpoint(self, st: TableState) -> dict[int, int]:
+        self._load_path(st)
+        if st.path is None or not Storage(st.path).exists(".hoodie/hoodie.properties"):
+            return {}
+        return ckpt.table_checkpoint(Storage(st.path), st.topic)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            st = self._state(tp.topic)
+            st.assigned.add(tp.partition)
+        for st in {self._state(tp.topic).table_id: self._state(tp.topic) for tp in partitions}.values():
+            st.positions = self._checkpoint(st)
+            st.buffer.clear()
+        for tp in partitions:
+            st = self._state(tp.topic)
+            off = st.positions.get(tp.partition)
+            tp.offset = off if off is not None else OFFSET_BEGINNING
+            if off is not None:
+                st.expected[tp.partition] = off
+            else:
+                st.expected.pop(tp.partition, None)
+        log_event(
+            log,
+            logging.INFO,
+            "partitions assigned; positioned at the tables' checkpoints",
+            assignment=[f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions],
+        )
+        consumer.assign(partitions)
+        for st in self.tables.values():
+            if st.paused and any(tp.topic == st.topic for tp in partitions):
+                consumer.pause([TopicPartition(st.topic, p) for p in st.assigned])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            st = self._state(tp.topic)
+            st.assigned.discard(tp.partition)
+            st.expected.pop(tp.partition, None)
+            st.buffer.clear()
+        log_event(
+            log,
+            logging.INFO,
+            "partitions revoked",
+            partitions=[f"{tp.topic}[{tp.partition}]" for tp in partitions],
+        )
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self, stop: Any) -> int:
+        """Consume and commit until ``stop.is_set()``; returns the exit status."""
+        self.consumer = Consumer(self._consumer_settings())
+        self.consumer.subscribe(
+            [
+                self.config.topic_pattern
+                if self.config.topic_pattern.startswith("^")
+                else "^" + self.config.topic_pattern
+            ],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+        )
+        self.started = True
+        log_event(log, logging.INFO, "writer started", group=self.config.group, engine=self.config.engine)
+        try:
+            while not stop.is_set():
+                msgs = self.consumer.consume(num_messages=1000, timeout=0.1)
+                for msg in msgs:
+                    self._handle(msg)
+                self._tick()
+        finally:
+            self.close()
+        return 0
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            with contextlib.suppress(Exception):  # already closed
+                self.consumer.close()
+            self.consumer = None
+        for st in self.tables.values():
+            if st.protocol is not None:
+                st.protocol.close()
+        self.client.close()
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+    def _handle(self, msg: Message) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log_event(log, logging.WARNING, "kafka error", error=str(err))
+            return
+        topic = msg.topic()
+        partition = msg.partition()
+        offset = msg.offset()
+        if topic is None or partition is None or offset is None:
+            return
+        st = self._state(topic)
+        if st.paused or partition not in st.assigned:
+            return  # re-read from the checkpoint when the table resumes
+        exp = st.expected.get(partition)
+        if exp is not None and offset < exp:
+            return  # fetched before a seek back: already in the buffer or the table
+        st.expected[partition] = offset + 1
+        value = msg.value()
+        size = len(value or b"") + len(msg.key() or b"")
+        entry = Entry(partition, offset, size)
+        if value:
+            try:
+                record = pb.ChangeRecord.FromString(value)
+            except DecodeError as e:
+                self._fail(st, f"undecodable ChangeRecord at {topic}[{partition}]@{offset}: {e}", "bad_input")
+                return
+            kind = record.WhichOneof("record")
+            if kind == "change":
+                ev = record.change
+                entry.change = Change(ev, partition, offset)
+                entry.tx_id = ev.transaction.id or None if ev.HasField("transaction") else None
+            elif kind == "transaction":
+                tx = record.transaction
+                if tx.status == pb.TransactionEvent.STATUS_END:
+                    entry.tx_id = tx.id or None
+                    entry.tx_count = tx.table_event_count
+        st.buffer.add(entry)
+        self.metrics.buffered.labels(st.table_id).set(st.buffer.records)
+        limit_records = 2 * self.config.batch_max_records
+        if not st.held_paused and (
+            st.buffer.records >= limit_records or st.buffer.bytes >= 2 * self.config.batch_max_bytes
+        ):
+            assert self.consumer is not None
+            self.consumer.pause([TopicPartition(st.topic, p) for p in st.assigned])
+            st.held_paused = True
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for st in list(self.tables.values()):
+            if st.paused:
+                if st.retry_at is not None and now >= st.retry_at:
+                    self._resume(st)
+                continue
+            if st.buffer.due(
+                self.config.batch_max_records,
+                self.config.batch_max_bytes,
+                self.config.batch_interval_ms / 1000,
+            ):
+                self._flush(st)
+        self.metrics.paused.set(sum(1 for st in self.tables.values() if st.paused))
+        if now - self._last_lag > 5:
+            self._last_lag = now
+            self._update_lag()
+
+    def _update_lag(self) -> None:
+        if self.consumer is None:
+            return
+        for st in self.tables.values():
+            for p in st.assigned:
+                try:
+                    _low, high = self.consumer.get_watermark_offsets(TopicPartition(st.topic, p), cached=True)
+                except Exception:
+                    continue
+                pos = st.expected.get(p, st.positions.get(p, 0))
+                if high is not None and high >= 0:
+                    self.metrics.lag.labels(st.topic, str(p)).set(max(0, high - pos))
+
+    # ------------------------------------------------------------------ batches
+
+    def _flush(self, st: TableState) -> None:
+        cut = st.buffer.cut(self.config.batch_max_records, self.config.transaction_hold_ms / 1000)
+        if cut is None:
+            if not st.held_logged:
+                st.held_logged = True
+                log_event(
+                    log,
+                    logging.INFO,
+                    "holding the batch until its transactions are complete",
+                    table=st.table_id,
+                    open_transactions=st.buffer.open_transactions()[:5],
+                )
+            return
+        st.held_logged = False
+        if cut.reason in ("oversized_transaction", "hold_expired"):
+            log_event(
+                log,
+                logging.WARNING,
+                "committing part of a source transaction",
+                table=st.table_id,
+                reason=cut.reason,
+                open_transactions=st.buffer.open_transactions(cut.count)[:5],
+            )
+        self._commit_batch(st, cut)
+
+    def _ensure_table(self, st: TableState, first: pb.ChangeEvent) -> None:
+        if st.path is not None and st.protocol is not None:
+            return
+        self._load_path(st)
+        settings = tables.settings_for(self.rules, st.table_id)
+        if st.path is None:
+            src = first.source
+            schema_name = src.schema or st.table_id.split(".")[-2]
+            table_name = src.table or st.table_id.split(".")[-1]
+            database = src.database or st.table_id.split(".")[0]
+            path = tables.table_path(self.config.lake_root, database, schema_name, table_name)
+            keys = key_columns(first.schema) or [tables_synthetic_key()]
+            tables.open_or_create(path, tables.hudi_name(table_name), database, keys, settings)
+            self.client.register_table(st.table_id, path, mode=settings.concurrency_mode)
+            log_event(
+                log,
+                logging.INFO,
+                "table registered",
+                table=st.table_id,
+                path=path,
+                mode=settings.concurrency_mode,
+                record_key=keys,
+            )
+            st.path = path
+        st.protocol = GrpcCommitProtocol(self.client, st.table_id, Storage(st.path))
+
+    def _write_options(self, st: TableState) -> dict[str, str]:
+        settings = tables.settings_for(self.rules, st.table_id)
+        return {**self.config.write_options, **settings.options}
+
+    def _commit_batch(self, st: TableState, cut: Cut) -> None:
+        entries = st.buffer.entries[: cut.count]
+        changes = [e.change for e in entries if e.change is not None]
+        new_positions = dict(st.positions)
+        ranges: dict[int, tuple[int, int]] = {}
+        for e in entries:
+            new_positions[e.partition] = e.offset + 1
+            start = ranges[e.partition][0] if e.partition in ranges else e.offset
+            ranges[e.partition] = (start, e.offset + 1)
+        if not changes:
+            st.positions = new_positions
+            st.buffer.drop_prefix(cut.count)
+            return
+        started = time.monotonic()
+        checkpoint_positions = {p: o for p, o in new_positions.items() if p in st.assigned or p in ranges}
+        extra = {
+            ckpt.CHECKPOINT_KEY: ckpt.format_checkpoint(st.topic, checkpoint_positions),
+            ckpt.RANGES_KEY: ckpt.format_ranges(st.topic, ranges),
+        }
+        truncates = [c for c in changes if c.event.op == pb.OPERATION_TRUNCATE]
+        try:
+            self._ensure_table(st, changes[0].event)
+            assert st.path is not None and st.protocol is not None
+            table = HudiTable.open(st.path, commit_protocol=st.protocol)
+            if truncates:
+                raise RowError(
+                    f"{st.table_id}: TRUNCATE is not supported yet (at LSN {truncates[0].event.source.lsn})"
+                )
+            arrow = to_arrow(changes, key_fields=table.record_key_fields)
+            faults.crash_point(BEFORE_WRITE)
+            result = self._write(st, table, arrow, extra)
+            faults.crash_point(AFTER_COMMIT)
+            instant = result.instant_time if result is not None else None
+        except Exception as e:  # decide from the timeline whether the commit landed
+            landed = False
+            try:
+                found = self._checkpoint(st)
+                landed = bool(ranges) and all(found.get(p) == new_positions[p] for p in ranges)
+            except Exception:
+                log.debug("could not re-read the checkpoint", exc_info=True)
+            if not landed:
+                self._fail(st, f"{type(e).__name__}: {e}", _kind(e))
+                return
+            log_event(
+                log,
+                logging.WARNING,
+                "commit call failed but the commit landed",
+                table=st.table_id,
+                error=str(e),
+            )
+            instant = None
+        elapsed = time.monotonic() - started
+        st.positions = new_positions
+        st.buffer.drop_prefix(cut.count)
+        st.failures = 0
+        st.error = None
+        st.last_commit = instant
+        self.metrics.buffered.labels(st.table_id).set(st.buffer.records)
+        if st.held_paused and st.buffer.records < self.config.batch_max_records:
+            assert self.consumer is not None
+            self.consumer.resume([TopicPartition(st.topic, p) for p in st.assigned])
+            st.held_paused = False
+        self._record_metrics(st, changes, elapsed)
+        log_event(
+            log,
+            logging.INFO,
+            "batch committed",
+            table=st.table_id,
+            instant=instant,
+            records=len(changes),
+            checkpoint=extra[ckpt.CHECKPOINT_KEY],
+            seconds=round(elapsed, 3),
+            cut=cut.reason,
+        )
+        if self.consumer is not None:  # for lag monitoring only; never read back
+            try:
+                self.consumer.commit(
+                    offsets=[TopicPartition(st.topic, p, o) for p, o in ranges_end(ranges).items()],
+                    asynchronous=True,
+                )
+            except Exception:
+                log.debug("group offset commit failed", exc_info=True)
+        if self.config.compaction:
+            self._maybe_compact(st)
+
+    def _write(self, st: TableState, table: HudiTable, arrow: Any, extra: dict[str, str]) -> Any:
+        options = self._write_options(st)
+        if self.config.engine == "spark":
+            import inlet.core.spark as inlet_spark
+
+            spark = self._spark_session()
+            df = spark.createDataFrame(arrow)
+            opts = {**options, "hoodie.datasource.write.operation": "upsert"}
+            return inlet_spark.write(
+                df, table.base_path, opts, commit_protocol=st.protocol, extra_metadata=extra
+            )
+        return table.write(arrow, "upsert", options, extra_metadata=extra)
+
+    def _spark_session(self) -> Any:
+        if self._spark is None:
+            import os
+            import sys
+
+            from pyspark.sql import SparkSession
+
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            conf = {
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.sql.shuffle.partitions": "8",
+                "spark.sql.session.timeZone": "UTC",
+                "spark.sql.execution.arrow.pyspark.enabled": "true",
+            }
+            if self.config.spark_master.startswith("local"):
+                conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+            conf.update(self.config.spark_conf)
+            builder = SparkSession.builder.master(self.config.spark_master).appName("inlet writer")
+            for k, v in conf.items():
+                builder = builder.config(k, v)
+            self._spark = builder.getOrCreate()
+            self._spark.sparkContext.setLogLevel("ERROR")
+        return self._spark
+
+    def _record_metrics(self, st: TableState, changes: list[Change], elapsed: float) -> None:
+        m = self.metrics
+        m.commits.labels(st.table_id).inc()
+        m.batch_seconds.labels(st.table_id).observe(elapsed)
+        m.batch_records.labels(st.table_id).observe(len(changes))
+        ops: dict[str, int] = {}
+        now_ms = time.time() * 1000
+        newest = 0
+        for c in changes:
+            op = pb.Operation.Name(c.event.op).removeprefix("OPERATION_").lower()
+            ops[op] = ops.get(op, 0) + 1
+            ts = c.event.source.source_ts_ms
+            if ts:
+                m.freshness.labels(st.table_id).observe(max(0.0, (now_ms - ts) / 1000))
+                newest = max(newest, ts)
+        for op, n in ops.items():
+            m.records.labels(st.table_id, op).inc(n)
+        if newest:
+            m.last_freshness.labels(st.table_id).set(max(0.0, (now_ms - newest) / 1000))
+
+    def _maybe_compact(self, st: TableState) -> None:
+        assert st.path is not None and st.protocol is not None
+        table = HudiTable.open(st.path, commit_protocol=st.protocol)
+        if table.table_type.value != "MERGE_ON_READ":
+            return
+        options = self._write_options(st)
+        started = time.monotonic()
+        try:
+            instant = table.schedule_compaction(options)
+            if instant is None:
+                return
+            if self.config.engine == "spark":
+                import inlet.core.spark as inlet_spark
+
+                inlet_spark.run_compaction(
+                    self._spark_session(),
+                    st.path,
+                    instant=instant,
+                    options=options,
+                    commit_protocol=st.protocol,
+                )
+            else:
+                table.run_compaction(instant, options)
+        except Exception as e:  # compaction is retried at a later batch; ingestion goes on
+            log_event(
+                log, logging.WARNING, "compaction failed", table=st.table_id, error=f"{type(e).__name__}: {e}"
+            )
+            return
+        elapsed = time.monotonic() - started
+        self.metrics.compactions.labels(st.table_id).inc()
+        self.metrics.compaction_seconds.labels(st.table_id).observe(elapsed)
+        log_event(
+            log,
+            logging.INFO,
+            "compaction committed",
+            table=st.table_id,
+            instant=instant,
+            seconds=round(elapsed, 3),
+        )
+
+    # ------------------------------------------------------------------ failures
+
+    def _fail(self, st: TableState, message: str, kind: str) -> None:
+        st.failures += 1
+        st.error = message
+        st.error_kind = kind
+        st.buffer.clear()
+        self.metrics.failures.labels(st.table_id, kind).inc()
+        self.metrics.retries.labels(st.table_id).inc()
+        if kind == "conflict":
+            self.metrics.conflicts.labels(st.table_id).inc()
+        if kind in ("schema", "bad_input"):
+            delay = self.config.error_retry_s
+        else:
+            delay = min(60.0, self.config.retry_backoff_ms / 1000 * 2 ** min(st.failures - 1, 6))
+        st.retry_at = time.monotonic() + delay
+        st.paused = True
+        if self.consumer is not None and st.assigned:
+            self.consumer.pause([TopicPartition(st.topic, p) for p in st.assigned])
+        level = logging.ERROR if kind in ("schema", "bad_input") else logging.WARNING
+        log_event(
+            log,
+            level,
+            "batch failed; table paused, will re-read from its checkpoint",
+            table=st.table_id,
+            kind=kind,
+            error=message,
+            retry_in_s=round(delay, 1),
+        )
+
+    def _resume(self, st: TableState) -> None:
+        assert self.consumer is not None
+        try:
+            st.positions = self._checkpoint(st)
+        except Exception as e:
+            st.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
+            log_event(
+                log, logging.WARNING, "cannot read the table checkpoint yet", table=st.table_id, error=str(e)
+            )
+            return
+        st.buffer.clear()
+        for p in sorted(st.assigned):
+            off = st.positions.get(p)
+            target = off if off is not None else OFFSET_BEGINNING
+            self._seek(TopicPartition(st.topic, p, target))
+            if off is not None:
+                st.expected[p] = off
+            else:
+                st.expected.pop(p, None)
+        st.paused = False
+        st.held_paused = False
+        st.retry_at = None
+        self.consumer.resume([TopicPartition(st.topic, p) for p in st.assigned])
+        log_event(
+            log,
+            logging.INFO,
+            "table resumed from its checkpoint",
+            table=st.table_id,
+            positions={str(k): v for k, v in st.positions.items()},
+        )
+
+    def _seek(self, tp: TopicPartition) -> None:
+        assert self.consumer is not None
+        for attempt in range(50):
+            try:
+                self.consumer.seek(tp)
+                return
+            except Exception:
+                if attempt == 49:
+                    raise
+                time.sleep(0.05)
+
+
+def tables_synthetic_key() -> str:
+    from inlet.services.writer.rows import SYNTHETIC_KEY_COL
+
+    return SYNTHETIC_KEY_COL
+
+
+def ranges_end(ranges: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+    return {p: until for p, (_a, until) in ranges.items()}
+
+
+def _kind(e: BaseException) -> str:
+    if isinstance(e, CommitConflictError):
+        return "conflict"
+    if isinstance(e, SchemaError):
+        return "schema"
+    if isinstance(e, (RowError, InvalidInputError)):
+        return "bad_input"
+    return "transient"
+
+
+__all__ = ["OP_COL", "Writer", "WriterConfig"]
