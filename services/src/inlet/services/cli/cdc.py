@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from inlet.services.cli.cdc_run import add_run_command
 from inlet.services.cli.errors import CliError, InputFileError
 from inlet.services.cli.options import choice, choices_metavar, env, with_env
 
@@ -51,12 +52,13 @@ def add_cdc_commands(subparsers: Any) -> Any:
     subparsers action so other subcommands can be added to it."""
     p = subparsers.add_parser(
         "cdc",
-        help="the CDC consumer: decode Debezium records",
+        help="the CDC consumer: run it, decode Debezium records",
         description="The CDC consumer: Debezium PostgreSQL records -> Inlet's typed change events.",
         formatter_class=_formatter,
     )
     sub = p.add_subparsers(dest="cdc_command", metavar="COMMAND", required=True)
     add_decode_command(sub)
+    add_run_command(sub)
     return sub
 
 

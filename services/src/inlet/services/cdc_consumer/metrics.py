@@ -1,0 +1,79 @@
+"""Prometheus metrics of the CDC consumer service (one registry per service instance)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+DECODE_BUCKETS = (
+    0.00001,
+    0.000025,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.05,
+    0.25,
+    1.0,
+)
+
+
+class CdcMetrics:
+    """The service's metrics; names are listed in the README (``inlet_cdc_*``)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events_in = Counter(
+            "inlet_cdc_events_in", "Debezium records consumed, by source topic", ["topic"], registry=r
+        )
+        self.changes_out = Counter(
+            "inlet_cdc_changes_out", "change events produced, by table id", ["table"], registry=r
+        )
+        self.transactions_out = Counter(
+            "inlet_cdc_transaction_markers_out",
+            "transaction END markers produced (one per output partition), by table id",
+            ["table"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "inlet_cdc_dead_letters",
+            "records sent to the dead-letter topic, by error class",
+            ["error_class"],
+            registry=r,
+        )
+        self.decode_seconds = Histogram(
+            "inlet_cdc_decode_seconds",
+            "time to decode one Debezium record",
+            buckets=DECODE_BUCKETS,
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "inlet_cdc_consumer_lag",
+            "records behind the partition's high watermark (as the broker reports it)",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.last_source_ts = Gauge(
+            "inlet_cdc_last_source_timestamp_seconds",
+            "source commit time (source.ts_ms) of the latest change processed",
+            registry=r,
+        )
+        self.pending = Gauge(
+            "inlet_cdc_pending_outputs", "produced records not yet acknowledged by the broker", registry=r
+        )
+        self.commits = Counter("inlet_cdc_offset_commits", "source offset commits", ["result"], registry=r)
+        self.committed_offset = Gauge(
+            "inlet_cdc_committed_offset", "last committed source offset", ["topic", "partition"], registry=r
+        )
+        self.paused = Gauge(
+            "inlet_cdc_paused",
+            "1 while consuming is paused because too many outputs are unacknowledged",
+            registry=r,
+        )
+        self.kafka_errors = Counter(
+            "inlet_cdc_kafka_errors", "client errors reported by librdkafka, by code", ["code"], registry=r
+        )

@@ -1,0 +1,260 @@
+"""The CDC consumer service's settings: one table -> ``inlet cdc run`` flags + ``INLET_CDC_*`` variables."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from inlet.services.runtime import Setting, SettingsError
+
+ENV_PREFIX = "INLET_CDC_"
+
+DEFAULT_GROUP = "inlet-cdc"
+DEFAULT_OUTPUT_PREFIX = "inlet.changes"
+DEFAULT_DLQ_TOPIC = "inlet.dlq"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
+VALUE_FORMATS = ("json", "avro", "auto")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "bootstrap",
+        "--bootstrap",
+        "Kafka bootstrap servers of the Debezium topics",
+        required=True,
+        metavar="HOST:PORT[,...]",
+    ),
+    Setting(
+        "output_bootstrap",
+        "--output-bootstrap",
+        "Kafka bootstrap servers for change, transaction and dead-letter topics (default: --bootstrap)",
+        metavar="HOST:PORT[,...]",
+    ),
+    Setting(
+        "topics",
+        "--topic",
+        "Debezium topic to consume (repeatable or comma-separated)",
+        kind="list",
+        default=(),
+        metavar="TOPIC",
+    ),
+    Setting(
+        "topic_pattern",
+        "--topic-pattern",
+        "regular expression of the topics to consume, e.g. '^dbserver1\\.' (data, <prefix>.transaction "
+        "and heartbeat topics); new matching topics are picked up within a few seconds",
+        metavar="REGEX",
+    ),
+    Setting("group", "--group", "consumer group id", default=DEFAULT_GROUP, metavar="ID"),
+    Setting(
+        "value_format",
+        "--value-format",
+        "Debezium value format: json, avro or auto (Confluent magic byte)",
+        default="auto",
+        metavar="json|avro|auto",
+    ),
+    Setting("schema_registry", "--schema-registry", "schema registry URL (Avro)", metavar="URL"),
+    Setting(
+        "database_url",
+        "--database-url",
+        "source PostgreSQL (libpq URL) for column types of schemaless JSON records",
+        metavar="URL",
+    ),
+    Setting(
+        "topic_prefix",
+        "--topic-prefix",
+        "Debezium topic.prefix (default: the first segment of each topic name)",
+        metavar="PREFIX",
+    ),
+    Setting(
+        "output_prefix",
+        "--output-prefix",
+        "changes go to <prefix>.<table id>",
+        default=DEFAULT_OUTPUT_PREFIX,
+        metavar="PREFIX",
+    ),
+    Setting(
+        "output_partitions",
+        "--output-partitions",
+        "partitions of change topics this service creates",
+        kind="int",
+        default=4,
+        metavar="N",
+    ),
+    Setting(
+        "dlq_topic",
+        "--dlq-topic",
+        "dead-letter topic for records that cannot be decoded",
+        default=DEFAULT_DLQ_TOPIC,
+        metavar="TOPIC",
+    ),
+    Setting(
+        "metrics_listen",
+        "--metrics-listen",
+        "HOST:PORT of /metrics and /healthz (port 0: any free port)",
+        default=DEFAULT_METRICS_LISTEN,
+        metavar="HOST:PORT",
+    ),
+    Setting(
+        "batch_size", "--batch-size", "records taken per consumer poll", kind="int", default=2000, metavar="N"
+    ),
+    Setting(
+        "batch_timeout_ms",
+        "--batch-timeout-ms",
+        "longest wait for a poll to fill",
+        kind="int",
+        default=100,
+        metavar="MS",
+    ),
+    Setting(
+        "commit_interval_ms",
+        "--commit-interval-ms",
+        "how often acknowledged source offsets are committed",
+        kind="int",
+        default=1000,
+        metavar="MS",
+    ),
+    Setting(
+        "max_pending",
+        "--max-pending",
+        "produced records not yet acknowledged by the broker before consuming pauses",
+        kind="int",
+        default=200_000,
+        metavar="N",
+    ),
+    Setting("linger_ms", "--linger-ms", "producer linger.ms", kind="int", default=5, metavar="MS"),
+    Setting(
+        "idempotence",
+        "--idempotence",
+        "idempotent producer (enable.idempotence); off by default: ordering comes from one request "
+        "in flight per broker, and the writer drops duplicates",
+        kind="bool",
+        default=False,
+    ),
+    Setting(
+        "shutdown_timeout_s",
+        "--shutdown-timeout",
+        "seconds to wait for outstanding records on stop",
+        kind="float",
+        default=30.0,
+        metavar="S",
+    ),
+    Setting(
+        "consumer_options",
+        "--consumer-option",
+        "extra librdkafka consumer setting (repeatable)",
+        kind="list",
+        default=(),
+        metavar="KEY=VALUE",
+    ),
+    Setting(
+        "producer_options",
+        "--producer-option",
+        "extra librdkafka producer setting (repeatable)",
+        kind="list",
+        default=(),
+        metavar="KEY=VALUE",
+    ),
+)
+
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def valid_topic_name(name: str) -> bool:
+    return bool(_TOPIC_RE.match(name)) and name not in (".", "..")
+
+
+def _options(raw: Sequence[str], flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in raw:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SettingsError(f"{flag}: expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class CdcConfig:
+    """The resolved settings of one consumer process."""
+
+    bootstrap: str
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    output_bootstrap: str | None = None
+    group: str = DEFAULT_GROUP
+    value_format: str = "auto"
+    schema_registry: str | None = None
+    database_url: str | None = None
+    topic_prefix: str | None = None
+    output_prefix: str = DEFAULT_OUTPUT_PREFIX
+    output_partitions: int = 4
+    dlq_topic: str = DEFAULT_DLQ_TOPIC
+    metrics_listen: str = DEFAULT_METRICS_LISTEN
+    batch_size: int = 2000
+    batch_timeout_ms: int = 100
+    commit_interval_ms: int = 1000
+    max_pending: int = 200_000
+    linger_ms: int = 5
+    idempotence: bool = False
+    shutdown_timeout_s: float = 30.0
+    consumer_options: Mapping[str, str] | None = None
+    producer_options: Mapping[str, str] | None = None
+
+    @classmethod
+    def from_settings(cls, values: Mapping[str, Any]) -> CdcConfig:
+        v = dict(values)
+        v["consumer_options"] = _options(v.get("consumer_options") or (), "--consumer-option")
+        v["producer_options"] = _options(v.get("producer_options") or (), "--producer-option")
+        v["topics"] = tuple(v.get("topics") or ())
+        config = cls(**{k: val for k, val in v.items() if val is not None})
+        config.validate()
+        return config
+
+    @property
+    def sink_bootstrap(self) -> str:
+        return self.output_bootstrap or self.bootstrap
+
+    @property
+    def subscription(self) -> list[str]:
+        """What the consumer subscribes to: topic names, or ``^regex`` (librdkafka's pattern syntax)."""
+        if self.topic_pattern:
+            pattern = self.topic_pattern
+            return [pattern if pattern.startswith("^") else "^" + pattern]
+        return list(self.topics)
+
+    def validate(self) -> None:
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise SettingsError(
+                "give the Debezium topics with --topic (repeatable) or --topic-pattern, not both "
+                f"[env: {ENV_PREFIX}TOPICS / {ENV_PREFIX}TOPIC_PATTERN]"
+            )
+        if self.topic_pattern:
+            try:
+                re.compile(self.topic_pattern)
+            except re.error as e:
+                raise SettingsError(f"--topic-pattern: invalid regular expression: {e}") from None
+        for t in self.topics:
+            if not valid_topic_name(t):
+                raise SettingsError(f"--topic: not a Kafka topic name: {t!r}")
+        if self.value_format not in VALUE_FORMATS:
+            raise SettingsError(f"--value-format: choose json, avro or auto, not {self.value_format!r}")
+        if self.value_format == "avro" and not self.schema_registry:
+            raise SettingsError("--value-format avro needs --schema-registry URL")
+        if not valid_topic_name(self.dlq_topic):
+            raise SettingsError(f"--dlq-topic: not a Kafka topic name: {self.dlq_topic!r}")
+        if not self.output_prefix or not valid_topic_name(self.output_prefix + ".x"):
+            raise SettingsError(f"--output-prefix: not usable in Kafka topic names: {self.output_prefix!r}")
+        for name, value, low in (
+            ("--output-partitions", self.output_partitions, 1),
+            ("--batch-size", self.batch_size, 1),
+            ("--batch-timeout-ms", self.batch_timeout_ms, 0),
+            ("--commit-interval-ms", self.commit_interval_ms, 0),
+            ("--max-pending", self.max_pending, 1),
+            ("--linger-ms", self.linger_ms, 0),
+        ):
+            if value < low:
+                raise SettingsError(f"{name} must be at least {low}, not {value}")
+        if self.shutdown_timeout_s < 0:
+            raise SettingsError("--shutdown-timeout must not be negative")

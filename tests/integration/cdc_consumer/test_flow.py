@@ -1,0 +1,134 @@
+"""The CDC consumer service on a real broker with real recorded Debezium bytes: what comes out where."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections import defaultdict
+
+from cdc_helpers import (
+    make_config,
+    metric_value,
+    produce,
+    read_all,
+    recorded,
+    running,
+    source_topics,
+    topics_with_prefix,
+    unique_prefix,
+)
+
+from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.stack import EmbeddedKafka
+
+
+def _prepare(kafka: EmbeddedKafka, prefix: str) -> None:
+    for t in source_topics(prefix):
+        kafka.create_topic(t, partitions=1)
+
+
+def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKafka) -> None:
+    prefix = unique_prefix()
+    _prepare(kafka_server, prefix)
+    records = recorded(prefix)
+    produce(kafka_server.bootstrap, records)
+    # what the recording holds, by source (topic, offset)
+    offsets: dict[str, int] = defaultdict(int)
+    expected_changes: dict[tuple[str, int], tuple[str, str, int]] = {}  # source -> (table, key, op)
+    tx_ends: dict[str, list[int]] = defaultdict(list)  # table -> source offsets of its ENDs
+    nothing: list[tuple[str, int]] = []
+    for r in records:
+        off = offsets[r.topic]
+        offsets[r.topic] += 1
+        if r.value is None or r.topic.startswith("__debezium-heartbeat."):
+            nothing.append((r.topic, off))
+            continue
+        v = json.loads(r.value)["payload"]
+        if r.topic.endswith(".transaction"):
+            if v["status"] == "END":
+                for c in v["data_collections"]:
+                    if c["data_collection"].startswith("io.debezium."):
+                        continue  # Debezium's pseudo collection for a logical decoding message
+                    tx_ends[f"{prefix}.{c['data_collection']}"].append(off)
+            else:
+                nothing.append((r.topic, off))
+            continue
+        if (v.get("op") in ("c", "u", "d", "r", "t") and r.key is not None) or v.get("op") == "t":
+            key = "" if r.key is None else str(next(iter(json.loads(r.key)["payload"].values())))
+            expected_changes[(r.topic, off)] = (
+                f"{prefix}.{v['source']['schema']}.{v['source']['table']}",
+                key,
+                v["op"],
+            )
+
+    config = make_config(kafka_server.bootstrap, prefix)
+    with running(config) as service:
+        out_topics = [f"inlet.changes.{prefix}.public.{t}" for t in ("customers", "orders", "events_nopk")]
+        expected_total = sum(1 for _ in expected_changes) + 3 * sum(len(v) for v in tx_ends.values())
+        out = read_all(kafka_server.bootstrap, out_topics, min_count=expected_total)
+        metrics = (
+            urllib.request.urlopen(f"http://{service.metrics_address}/metrics", timeout=5).read().decode()
+        )
+        health = urllib.request.urlopen(f"http://{service.metrics_address}/healthz", timeout=5)
+        assert health.status == 200 and json.loads(health.read())["status"] == "ok"
+
+    assert topics_with_prefix(kafka_server.bootstrap, f"inlet.changes.{prefix}.") == sorted(out_topics)
+    changes = [o for o in out if o.headers["inlet-kind"] == b"change"]
+    txs = [o for o in out if o.headers["inlet-kind"] == b"transaction"]
+
+    # every data change, once, on its table's topic, keyed by record key
+    non_truncate = {s: e for s, e in expected_changes.items() if e[2] != "t"}
+    seen: dict[tuple[str, int], int] = defaultdict(int)
+    for o in changes:
+        rec = pb.ChangeRecord.FromString(o.value)
+        src = o.source[0], o.source[2]
+        assert rec.WhichOneof("record") == "change"
+        assert o.topic == f"inlet.changes.{rec.change.table_id}"
+        assert rec.change.source.kafka_offset == src[1]
+        if rec.change.op == pb.OPERATION_TRUNCATE:
+            assert "inlet-schema-version" not in o.headers  # a truncate carries no row schema
+            continue
+        assert o.headers["inlet-schema-version"] == rec.change.schema_version.encode() != b""
+        table, key, _op = non_truncate[src]
+        assert rec.change.table_id == table
+        assert o.key == key.encode() == rec.change.record_key.encode()
+        seen[src] += 1
+    assert dict(seen) == dict.fromkeys(non_truncate, 1)
+    # a TRUNCATE reaches every partition of its table
+    truncates = [o for o in changes if pb.ChangeRecord.FromString(o.value).change.op == pb.OPERATION_TRUNCATE]
+    assert sorted(o.partition for o in truncates) == [0, 1, 2, 3]
+
+    # per key: in source order, and all in one partition
+    by_key: dict[tuple[str, bytes | None], list[tuple[int, int]]] = defaultdict(list)
+    for o in sorted(changes, key=lambda o: (o.topic, o.partition, o.offset)):
+        if o.key:
+            by_key[(o.topic, o.key)].append((o.partition, o.source[2]))
+    assert by_key[(out_topics[0], b"1")]  # customer 1 changed several times
+    for (_t, _k), seq in by_key.items():
+        assert len({p for p, _ in seq}) == 1
+        assert [s for _, s in seq] == sorted(s for _, s in seq)
+
+    # every transaction END reaches every partition of each table it touched
+    got_tx: dict[str, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for o in txs:
+        rec = pb.ChangeRecord.FromString(o.value).transaction
+        assert rec.status == pb.TransactionEvent.STATUS_END
+        assert o.topic == f"inlet.changes.{rec.table_id}"
+        got_tx[rec.table_id][o.source[2]].append(o.partition)
+    assert {t: sorted(ids) for t, ids in got_tx.items()} == {t: sorted(ids) for t, ids in tx_ends.items()}
+    for ids in got_tx.values():
+        for parts in ids.values():
+            assert sorted(parts) == [0, 1, 2, 3]
+
+    # tombstones, heartbeats and BEGINs produce nothing
+    sources = {(o.source[0], o.source[2]) for o in out}
+    assert not sources & set(nothing)
+
+    # the metrics saw it
+    n_in = metric_value(metrics, "inlet_cdc_events_in_total", topic=f"{prefix}.public.customers")
+    assert n_in == sum(1 for r in records if r.topic == f"{prefix}.public.customers")
+    assert metric_value(metrics, "inlet_cdc_changes_out_total", table=f"{prefix}.public.customers") == sum(
+        1 for e in expected_changes.values() if e[0] == f"{prefix}.public.customers"
+    )
+    assert (metric_value(metrics, "inlet_cdc_decode_seconds_count") or 0) >= len(records) - 10
+    assert (metric_value(metrics, "inlet_cdc_last_source_timestamp_seconds") or 0) > 1.7e9
