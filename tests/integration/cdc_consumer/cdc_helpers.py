@@ -74,10 +74,11 @@ def source_topics(prefix: str) -> list[str]:
     ]
 
 
-def produce(
-    bootstrap: str, records: Iterable[InRecord | tuple[str, bytes | None, bytes | None]]
-) -> dict[str, int]:
-    """Produce records (partition 0 of each topic), in order; returns how many per topic."""
+def produce(bootstrap: str, records: Iterable[InRecord | tuple[Any, ...]]) -> dict[str, int]:
+    """Produce records (partition 0 of each topic), in order; returns how many per topic.
+
+    A record is an :class:`InRecord` or ``(topic, key, value[, headers])``.
+    """
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -89,8 +90,15 @@ def produce(
     counts: dict[str, int] = {}
     errors: list[Any] = []
     for i, r in enumerate(records):
-        topic, key, value = (r.topic, r.key, r.value) if isinstance(r, InRecord) else r
-        p.produce(topic, value, key, partition=0, on_delivery=lambda e, _m: errors.append(e) if e else None)
+        topic, key, value, *rest = (r.topic, r.key, r.value) if isinstance(r, InRecord) else r
+        p.produce(
+            topic,
+            value,
+            key,
+            partition=0,
+            headers=rest[0] if rest else None,
+            on_delivery=lambda e, _m: errors.append(e) if e else None,
+        )
         counts[topic] = counts.get(topic, 0) + 1
         if i % 500 == 0:
             p.poll(0)

@@ -21,6 +21,7 @@ from inlet.services import logs
 from inlet.services.cli import commands
 from inlet.services.cli.cdc import add_cdc_commands
 from inlet.services.cli.coordinator import add_coordinator_commands
+from inlet.services.cli.dlq import add_dlq_commands
 from inlet.services.cli.dataio import INPUT_FORMATS
 from inlet.services.cli.engine import add_engine_options
 from inlet.services.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
@@ -542,6 +543,7 @@ def build_parser() -> ArgumentParser:
     _add_rollback(subparsers)
     _add_compaction(subparsers)
     add_coordinator_commands(subparsers)
+    add_dlq_commands(subparsers)
     add_writer_commands(subparsers)
     add_cdc_commands(subparsers)
     return parser

@@ -1,0 +1,189 @@
+"""``inlet dlq show``: list the CDC consumer's dead letters (reason, where they came from, a preview).
+
+It reads the dead-letter topic from the beginning without a consumer group (nothing is committed) and
+stops at its end. Tansu's high watermarks are not reliable, so the end is where no record arrived
+for ``--idle-ms`` after the last one (and the partitions' reported ends, when they are sane, are
+reached too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from inlet.services.cli.errors import CliError
+from inlet.services.cli.options import env, env_int, int_at_least, with_env
+
+DEFAULT_TOPIC = "inlet.dlq"
+PREVIEW_BYTES = 120
+
+DESCRIPTION = """\
+List the records the CDC consumer could not decode, oldest first per partition: the reason, the
+error class, the source topic/partition/offset and timestamp, and a preview of the original value
+(text when it is UTF-8, else hex). --json prints one object per dead letter with the full value
+(base64) and every header.
+
+The topic is read from the beginning and the command exits at its end (no record for --idle-ms).
+"""
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def add_dlq_commands(subparsers: Any) -> None:
+    """Add ``dlq show`` to the ``inlet`` command's subparsers."""
+    p = subparsers.add_parser(
+        "dlq",
+        help="inspect the CDC consumer's dead-letter topic",
+        description="The CDC consumer's dead letters.",
+        formatter_class=_formatter,
+    )
+    sub = p.add_subparsers(dest="dlq_command", metavar="COMMAND", required=True)
+    show = sub.add_parser(
+        "show",
+        help="list dead letters with their reason and source",
+        description=DESCRIPTION,
+        epilog="example:\n  inlet dlq show --bootstrap kafka:9092 --limit 20",
+        formatter_class=_formatter,
+    )
+    show.add_argument(
+        "--bootstrap",
+        default=env("INLET_CDC_OUTPUT_BOOTSTRAP") or env("INLET_CDC_BOOTSTRAP"),
+        metavar="HOST:PORT",
+        help=with_env("Kafka bootstrap servers", "INLET_CDC_OUTPUT_BOOTSTRAP or INLET_CDC_BOOTSTRAP"),
+    )
+    show.add_argument(
+        "--topic",
+        default=env("INLET_CDC_DLQ_TOPIC", DEFAULT_TOPIC),
+        metavar="TOPIC",
+        help=with_env(f"dead-letter topic (default {DEFAULT_TOPIC})", "INLET_CDC_DLQ_TOPIC"),
+    )
+    show.add_argument("--limit", type=int_at_least(1), metavar="N", help="show at most N dead letters")
+    show.add_argument(
+        "--json", action="store_true", help="one JSON object per dead letter (full value, base64)"
+    )
+    show.add_argument(
+        "--idle-ms",
+        type=int_at_least(100),
+        default=env_int("INLET_DLQ_IDLE_MS", minimum=100) or 2000,
+        metavar="MS",
+        help=with_env("the topic's end: no record for this long (default 2000)", "INLET_DLQ_IDLE_MS"),
+    )
+    show.set_defaults(handler=cmd_show)
+
+
+def read_dead_letters(
+    bootstrap: str, topic: str, *, limit: int | None = None, idle_s: float = 2.0, timeout_s: float = 10.0
+) -> Iterator[Any]:
+    """Yield the records of ``topic`` from the start until none arrives for ``idle_s``."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"inlet-dlq-show-{uuid.uuid4().hex}",  # never committed: assign(), no subscribe
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "enable.partition.eof": False,
+        }
+    )
+    try:
+        try:
+            meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as e:
+            raise CliError(f"cannot reach Kafka at {bootstrap}: {e}") from None
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise CliError(f"no dead-letter topic {topic!r} on {bootstrap}")
+        consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])  # offset 0 = the beginning
+        shown = 0
+        last = time.monotonic()
+        while limit is None or shown < limit:
+            msgs = consumer.consume(500, 0.2)
+            if not msgs:
+                if time.monotonic() - last >= idle_s:
+                    return
+                continue
+            last = time.monotonic()
+            for m in msgs:
+                if m.error() is not None:
+                    continue
+                yield m
+                shown += 1
+                if limit is not None and shown >= limit:
+                    return
+    finally:
+        consumer.close()
+
+
+def _headers(m: Any) -> dict[str, bytes]:
+    return {k: (v or b"") for k, v in (m.headers() or [])}
+
+
+def _text(b: bytes | None) -> str:
+    return "" if b is None else b.decode("utf-8", "replace")
+
+
+def preview(value: bytes | None, size: int = PREVIEW_BYTES) -> str:
+    if value is None:
+        return "<null>"
+    head = value[:size]
+    try:
+        text = head.decode("utf-8")
+        shown = json.dumps(text)[1:-1]  # escapes control characters, keeps one line
+    except UnicodeDecodeError:
+        shown = "hex:" + head.hex()
+    return shown + (f"... ({len(value)} bytes)" if len(value) > size else "")
+
+
+def describe(m: Any) -> dict[str, Any]:
+    import base64
+
+    h = _headers(m)
+
+    def num(name: str) -> int | None:
+        try:
+            return int(h[name])
+        except (KeyError, ValueError):
+            return None
+
+    return {
+        "dlq_partition": m.partition(),
+        "dlq_offset": m.offset(),
+        "reason": _text(h.get("inlet-dlq-reason")),
+        "error_class": _text(h.get("inlet-dlq-error-class")),
+        "source_topic": _text(h.get("inlet-dlq-topic")),
+        "source_partition": num("inlet-dlq-partition"),
+        "source_offset": num("inlet-dlq-offset"),
+        "source_timestamp_ms": num("inlet-dlq-timestamp"),
+        "key": None if m.key() is None else base64.b64encode(m.key()).decode(),
+        "value": None if m.value() is None else base64.b64encode(m.value()).decode(),
+        "value_bytes": None if m.value() is None else len(m.value()),
+        "headers": {k: base64.b64encode(v).decode() for k, v in (m.headers() or []) if v is not None},
+    }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    if not args.bootstrap:
+        from inlet.services.cli.errors import UsageError
+
+        raise UsageError("--bootstrap is required (or set INLET_CDC_BOOTSTRAP)")
+    out = sys.stdout
+    count = 0
+    for m in read_dead_letters(args.bootstrap, args.topic, limit=args.limit, idle_s=args.idle_ms / 1000.0):
+        d = describe(m)
+        count += 1
+        if args.json:
+            out.write(json.dumps(d) + "\n")
+            continue
+        src = f"{d['source_topic']}[{d['source_partition']}]@{d['source_offset']}"
+        out.write(f"{src}  {d['error_class']}: {d['reason']}\n    value: {preview(m.value())}\n")
+    if not args.json:
+        out.write(f"{count} dead letter{'s' if count != 1 else ''} in {args.topic}\n")
+    out.flush()
+    return 0

@@ -1,0 +1,159 @@
+"""Records the decoder cannot read go, byte for byte, to the dead-letter topic; the stream goes on."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+from typing import Any
+
+from cdc_helpers import (
+    VENV_INLET,
+    make_config,
+    metric_value,
+    produce,
+    read_all,
+    recorded,
+    running,
+    unique_prefix,
+)
+
+from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.cdc_consumer.decode import Decoder
+from inlet.services.stack import EmbeddedKafka
+
+BUG_MARKER = b'{"trigger":"decoder bug"}'
+
+
+class BuggyDecoder(Decoder):
+    """The real decoder, plus a bug a real record cannot trigger: an unexpected exception on one marker."""
+
+    def decode(
+        self, topic: str, partition: int, offset: int, key: Any, value: Any, headers: Any = None
+    ) -> Any:
+        if value == BUG_MARKER:
+            raise RuntimeError("boom")
+        return super().decode(topic, partition, offset, key, value, headers)
+
+
+def test_bad_records_go_to_the_dead_letters_with_their_reason(kafka_server: EmbeddedKafka) -> None:
+    prefix = unique_prefix()
+    topic = f"{prefix}.public.customers"
+    kafka_server.create_topic(topic, partitions=1)
+    recs = recorded(prefix)
+    good = [r for r in recs if r.topic == topic and r.value is not None and r.key is not None]
+    assert len(good) >= 6
+    sample = good[2]  # an insert (op c)
+    wrong = json.loads(sample.value or b"")
+    wrong["payload"]["after"]["id"] = "abc"  # int32 column holding a string
+    wrong_bytes = json.dumps(wrong, separators=(",", ":")).encode()
+    truncated = (sample.value or b"")[: len(sample.value or b"") // 2]
+    garbled = bytes(b ^ 0x5A for b in (sample.value or b"")[:64]) + (sample.value or b"")[64:]
+    malformed = b'{"schema": {"type": "struct", '
+    orig_headers = [("traceparent", b"00-abc-01"), ("source-app", b"debezium")]
+    bad = [
+        (topic, sample.key, malformed, orig_headers),
+        (topic, sample.key, truncated),
+        (topic, b"\xff\xfe not a key", garbled),
+        (topic, sample.key, wrong_bytes),
+        (topic, sample.key, BUG_MARKER),
+    ]
+    # good, bad, good, bad, ...: offsets 0,2,4,6,8,10 are good; 1,3,5,7,9 bad
+    records: list[Any] = []
+    for i, b in enumerate(bad):
+        records.append(good[i])
+        records.append(b)
+    records.append(good[5])
+    produce(kafka_server.bootstrap, records)
+
+    config = make_config(kafka_server.bootstrap, prefix, topics=(topic,), topic_pattern=None)
+    dlq = config.dlq_topic
+    with running(config, decoder=BuggyDecoder(value_format="auto")) as service:
+        out = read_all(kafka_server.bootstrap, [f"inlet.changes.{topic}"], min_count=6)
+        dead = read_all(kafka_server.bootstrap, [dlq], min_count=5)
+        import urllib.request
+
+        metrics = (
+            urllib.request.urlopen(f"http://{service.metrics_address}/metrics", timeout=5).read().decode()
+        )
+
+    # the good records around the bad ones still came out, in order
+    assert sorted(o.source[2] for o in out) == [0, 2, 4, 6, 8, 10]
+    for o in out:
+        assert pb.ChangeRecord.FromString(o.value or b"").change.table_id == topic
+    # one dead letter per bad record: the original key, value and headers, plus the reason
+    assert len(dead) == 5
+    by_offset = {int(d.headers["inlet-dlq-offset"]): d for d in dead}
+    assert sorted(by_offset) == [1, 3, 5, 7, 9]
+    for off, b in zip([1, 3, 5, 7, 9], bad, strict=True):
+        d = by_offset[off]
+        assert d.key == b[1] and d.value == b[2]
+        assert d.headers["inlet-dlq-topic"] == topic.encode()
+        assert d.headers["inlet-dlq-partition"] == b"0"
+        assert int(d.headers["inlet-dlq-timestamp"]) > 1_600_000_000_000
+        assert d.headers["inlet-dlq-reason"]
+    assert by_offset[1].header_list[:2] == orig_headers  # the original headers first, unchanged
+    assert b"not JSON" in by_offset[1].headers["inlet-dlq-reason"]
+    assert b"not JSON" in by_offset[3].headers["inlet-dlq-reason"]
+    assert b"not JSON" in by_offset[5].headers["inlet-dlq-reason"]
+    assert b"expected int32" in by_offset[7].headers["inlet-dlq-reason"]
+    assert by_offset[7].headers["inlet-dlq-error-class"] == b"DecodeError"
+    assert by_offset[9].headers["inlet-dlq-error-class"] == b"RuntimeError"
+    assert b"boom" in by_offset[9].headers["inlet-dlq-reason"]
+    assert metric_value(metrics, "inlet_cdc_dead_letters_total", error_class="DecodeError") == 4
+    assert metric_value(metrics, "inlet_cdc_dead_letters_total", error_class="RuntimeError") == 1
+
+    # inlet dlq show lists them: text, then JSON with the full original bytes
+    text = subprocess.run(
+        [
+            str(VENV_INLET),
+            "dlq",
+            "show",
+            "--bootstrap",
+            kafka_server.bootstrap,
+            "--topic",
+            dlq,
+            "--idle-ms",
+            "1000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert text.returncode == 0, text.stderr
+    assert "5 dead letters" in text.stdout
+    assert f"{topic}[0]@7  DecodeError: column 'id': expected int32" in text.stdout
+    assert '{\\"schema\\": {\\"type\\": \\"struct\\", ' in text.stdout  # the preview of the malformed value
+    js = subprocess.run(
+        [
+            str(VENV_INLET),
+            "dlq",
+            "show",
+            "--bootstrap",
+            kafka_server.bootstrap,
+            "--topic",
+            dlq,
+            "--json",
+            "--idle-ms",
+            "1000",
+            "--limit",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert js.returncode == 0, js.stderr
+    rows = [json.loads(line) for line in js.stdout.splitlines()]
+    assert len(rows) == 4
+    for row in rows:
+        original = {1: bad[0], 3: bad[1], 5: bad[2], 7: bad[3], 9: bad[4]}[row["source_offset"]]
+        assert base64.b64decode(row["value"]) == original[2]
+        assert row["source_topic"] == topic and row["source_partition"] == 0
+    missing = subprocess.run(
+        [str(VENV_INLET), "dlq", "show", "--bootstrap", kafka_server.bootstrap, "--topic", dlq + ".none"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and "no dead-letter topic" in missing.stderr
