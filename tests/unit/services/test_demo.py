@@ -22,7 +22,7 @@ Result = subprocess.CompletedProcess[str]
 def run_demo(*args: str, cwd: Path) -> Result:
     env = {k: v for k, v in os.environ.items() if not k.startswith("INLET_")}
     return subprocess.run(
-        [sys.executable, "-m", "inlet.services.demo", *args],
+        [sys.executable, "-m", "inlet.services.demo", "--library", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -149,7 +149,7 @@ def test_demo_refuses_an_existing_table(
 ) -> None:
     table = demo_runs["table"]
     before = HudiTable.open(str(table)).instants()
-    assert demo.main(["--path", str(table)]) == 1
+    assert demo.main(["--library", "--path", str(table)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "already exists" in err[0]
     assert HudiTable.open(str(table)).instants() == before

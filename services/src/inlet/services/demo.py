@@ -1,6 +1,8 @@
-"""A guided tour of Inlet: build a small Hudi table, change it, and read it back.
+"""A guided tour of Inlet's table API: build a small Hudi table, change it, and read it back.
 
-    python -m inlet.services.demo [--path DIR]
+    python -m inlet.services.demo --library [--path DIR]
+
+(Without ``--library`` the module runs the replication demo, :mod:`inlet.services.replication_demo`.)
 
 Steps: create a Copy-on-Write table of taxi rides partitioned by city, insert 10 rides,
 upsert three (one carrying an *older* event time, which must not win), insert one, delete one,
@@ -222,8 +224,15 @@ def run(path: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``--library``: this tour of the table API; otherwise the replication demo (the main job)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--library" not in argv:
+        from inlet.services import replication_demo
+
+        return replication_demo.main(argv)
+    argv.remove("--library")
     parser = argparse.ArgumentParser(
-        prog="python -m inlet.services.demo",
+        prog="python -m inlet.services.demo --library",
         description="Build a small Hudi table with Inlet, change it and read it back, explaining each step.",
     )
     parser.add_argument(

@@ -35,6 +35,7 @@ from inlet.services.cli.options import (
     int_at_least,
     with_env,
 )
+from inlet.services.cli.stack import add_stack_commands
 from inlet.services.cli.writer import add_writer_commands
 
 log = logging.getLogger("inlet.cli")
@@ -544,8 +545,9 @@ def build_parser() -> ArgumentParser:
     _add_compaction(subparsers)
     add_coordinator_commands(subparsers)
     add_dlq_commands(subparsers)
-    add_writer_commands(subparsers)
     add_cdc_commands(subparsers)
+    add_writer_commands(subparsers)
+    add_stack_commands(subparsers)
     return parser
 
 

@@ -1,0 +1,361 @@
+"""The local stack: the whole replication pipeline as supervised processes under one directory.
+
+``inlet stack up`` starts a supervisor in the background (``inlet stack supervise``), which starts,
+in order: PostgreSQL (``wal_level=logical``; the source database and the coordinator's), the S3
+store and the Kafka-protocol broker that keeps its topics there, the commit coordinator, Debezium
+(Kafka Connect standalone with the PostgreSQL connector), the CDC consumer and the writer. Every
+one binds 127.0.0.1. The supervisor writes ``stack.json`` (addresses, pids, health) every second,
+restarts a component whose process died (saying so in ``logs/supervisor.log``), and on SIGTERM
+stops them in reverse order. State and logs stay in the directory, and the ports it chose are kept
+in ``ports.json``, so ``down`` then ``up`` resumes where the pipeline was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from inlet.services.logs import log_event
+from inlet.services.runtime import StopSignal
+from inlet.services.stack.components import CommandComponent, Component, ServerComponent
+from inlet.services.stack.kafka import EmbeddedKafka
+from inlet.services.stack.postgres import EmbeddedPostgres
+from inlet.services.stack.processes import StackError, free_port
+
+_log = logging.getLogger("inlet.stack")
+
+STATE_FILE = "stack.json"
+PORTS_FILE = "ports.json"
+CONFIG_FILE = "config.json"
+PID_FILE = "supervisor.pid"
+COORDINATOR_DB = "inlet_coordinator"
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """What ``inlet stack up`` was asked for; saved in the directory so a later ``up`` repeats it."""
+
+    dir: str
+    database: str = "app"  # the source database; also Debezium's topic prefix
+    tables: tuple[str, ...] = ("public.*",)  # globs of <schema>.<table> that replicate
+    engine: str = "local"  # the writer's engine: local | spark
+    buckets: int = 4
+    batch_interval_ms: int = 1000
+    persistent_kafka: bool = True  # topics kept in the S3 store across restarts
+
+    @property
+    def root(self) -> Path:
+        return Path(self.dir)
+
+    @property
+    def lake(self) -> Path:
+        return self.root / "lake"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def save(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / CONFIG_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, directory: Path) -> StackConfig | None:
+        path = directory / CONFIG_FILE
+        if not path.exists():
+            return None
+        data = json.loads(path.read_text())
+        data["tables"] = tuple(data.get("tables", ()))
+        return cls(**data)
+
+
+def include_list(globs: tuple[str, ...]) -> str:
+    """Debezium's ``table.include.list`` (comma-separated regexes) for ``schema.table`` globs."""
+    return ",".join(fnmatch.translate(g).removeprefix("(?s:").removesuffix(")\\Z") for g in globs)
+
+
+@dataclass
+class Ports:
+    """The stack's ports, chosen once and kept in ``ports.json`` (a taken one is chosen anew)."""
+
+    path: Path
+    ports: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Ports:
+        ports = json.loads(path.read_text()) if path.exists() else {}
+        return cls(path, {k: int(v) for k, v in ports.items()})
+
+    def get(self, name: str) -> int:
+        from inlet.services.stack.processes import port_is_open
+
+        port = self.ports.get(name)
+        if port is None or port_is_open("127.0.0.1", port):
+            port = free_port()
+            self.ports[name] = port
+            self.path.write_text(json.dumps(self.ports, indent=2))
+        return port
+
+
+def _ensure_database(pg: EmbeddedPostgres, name: str) -> None:
+    with psycopg.connect(pg.url(), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+class Stack:
+    """Builds the components of a :class:`StackConfig` and supervises them until told to stop."""
+
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        config.root.mkdir(parents=True, exist_ok=True)
+        config.logs.mkdir(exist_ok=True)
+        config.lake.mkdir(exist_ok=True)
+        self.ports = Ports.load(config.root / PORTS_FILE)
+        self.components: list[Component] = []
+        self.restarts: dict[str, int] = {}
+        self.state = "starting"
+        self.error: str | None = None
+
+    # -- the components, in start order ------------------------------------------------------------
+
+    def _postgres(self) -> ServerComponent:
+        pg = EmbeddedPostgres(self.config.root / "postgres", port=self.ports.get("postgres"))
+        self.pg = pg
+
+        def prepare() -> None:
+            _ensure_database(pg, self.config.database)
+            _ensure_database(pg, COORDINATOR_DB)
+
+        return ServerComponent(
+            "postgres", pg, lambda: {"url": pg.url(self.config.database)}, after_start=prepare
+        )
+
+    def _kafka(self) -> list[Component]:
+        out: list[Component] = []
+        storage: Any = None
+        if self.config.persistent_kafka:
+            from inlet.services.stack import s3 as s3_module
+
+            s3 = s3_module.EmbeddedS3(self.config.root / "s3", port=self.ports.get("s3"))
+            out.append(ServerComponent("s3", s3, lambda: {"endpoint": s3.endpoint}))
+            storage = s3_module.kafka_storage(s3, bucket="kafka")
+        kafka = EmbeddedKafka(
+            port=self.ports.get("kafka"), log_path=self.config.logs / "kafka.log", storage=storage
+        )
+        self.kafka = kafka
+        out.append(ServerComponent("kafka", kafka, lambda: {"bootstrap": kafka.bootstrap}))
+        return out
+
+    def _coordinator(self) -> CommandComponent:
+        port = self.ports.get("coordinator")
+        self.coordinator_address = f"127.0.0.1:{port}"
+        argv = CommandComponent.inlet(
+            "coordinator",
+            "serve",
+            "--insecure",
+            "--listen",
+            self.coordinator_address,
+            "--database-url",
+            self.pg.url(COORDINATOR_DB),
+            "--kafka-bootstrap",
+            self.kafka.bootstrap,
+            "--lake-root",
+            str(self.config.lake),
+        )
+        return CommandComponent(
+            "coordinator",
+            argv,
+            self.config.logs / "coordinator.log",
+            port=port,
+            extra={"address": self.coordinator_address},
+        )
+
+    def _debezium(self) -> ServerComponent:
+        from inlet.services.stack.debezium import EmbeddedDebezium
+
+        dbz = EmbeddedDebezium(
+            self.pg.url(self.config.database),
+            self.kafka.bootstrap,
+            self.config.database,
+            data_dir=self.config.root / "debezium",
+            table_include_list=include_list(self.config.tables),
+            rest_port=self.ports.get("debezium"),
+        )
+
+        def running() -> bool:
+            status = dbz.status()
+            tasks = status.get("tasks") or []
+            return bool(status.get("connector", {}).get("state") == "RUNNING") and all(
+                t.get("state") == "RUNNING" for t in tasks
+            )
+
+        return ServerComponent("debezium", dbz, lambda: {"rest": dbz.rest_url}, check=running)
+
+    def _cdc(self) -> CommandComponent:
+        port = self.ports.get("cdc_metrics")
+        prefix = self.config.database
+        argv = CommandComponent.inlet(
+            "cdc",
+            "run",
+            "--bootstrap",
+            self.kafka.bootstrap,
+            "--topic-pattern",
+            f"^{prefix}\\.",
+            "--topic-prefix",
+            prefix,
+            "--database-url",
+            self.pg.url(self.config.database),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+        )
+        return CommandComponent(
+            "cdc_consumer", argv, self.config.logs / "cdc_consumer.log", f"http://127.0.0.1:{port}/healthz"
+        )
+
+    def _writer(self) -> CommandComponent:
+        port = self.ports.get("writer_metrics")
+        argv = CommandComponent.inlet(
+            "writer",
+            "run",
+            "--bootstrap",
+            self.kafka.bootstrap,
+            "--coordinator",
+            self.coordinator_address,
+            "--lake-root",
+            str(self.config.lake),
+            "--engine",
+            self.config.engine,
+            "--batch-interval-ms",
+            str(self.config.batch_interval_ms),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+        )
+        return CommandComponent(
+            "writer", argv, self.config.logs / "writer.log", f"http://127.0.0.1:{port}/healthz"
+        )
+
+    # -- supervision ------------------------------------------------------------------------------
+
+    def addresses(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dir": str(self.config.root), "lake": str(self.config.lake)}
+        for c in self.components:
+            out[c.name] = {k: v for k, v in c.describe().items() if k not in ("name", "pid", "log")}
+        return out
+
+    def write_state(self) -> None:
+        state = {
+            "state": self.state,
+            "error": self.error,
+            "supervisor_pid": os.getpid(),
+            "updated_at": time.time(),
+            "addresses": self.addresses(),
+            "components": [
+                {
+                    **c.describe(),
+                    "alive": c.alive(),
+                    "healthy": c.healthy(),
+                    "restarts": self.restarts.get(c.name, 0),
+                }
+                for c in self.components
+            ],
+        }
+        path = self.config.root / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(path)
+
+    def _start(self, component: Component, stop: StopSignal, timeout_s: float = 180.0) -> None:
+        log_event(_log, logging.INFO, "starting", component=component.name)
+        component.start()
+        deadline = time.monotonic() + timeout_s
+        while not component.healthy():
+            if not component.alive():
+                raise StackError(f"{component.name} exited while starting (see {self.config.logs})")
+            if time.monotonic() > deadline:
+                raise StackError(f"{component.name} did not become healthy in {timeout_s:.0f} s")
+            if stop.wait(0.5):
+                return
+        log_event(_log, logging.INFO, "healthy", component=component.name, pid=component.pid)
+
+    def run(self, stop: StopSignal) -> int:
+        """Start everything, supervise until ``stop``, then stop everything; 0 unless start failed."""
+        builders: list[Callable[[], list[Component]]] = [
+            lambda: [self._postgres()],
+            self._kafka,
+            lambda: [self._coordinator()],
+            lambda: [self._debezium()],
+            lambda: [self._cdc()],
+            lambda: [self._writer()],
+        ]
+        try:
+            for build in builders:
+                for component in build():
+                    self.components.append(component)
+                    self.write_state()
+                    self._start(component, stop)
+                    if stop.stopping:
+                        break
+                if stop.stopping:
+                    break
+            else:
+                self.state = "running"
+                self.write_state()
+                self._supervise(stop)
+            return 0
+        except Exception as e:
+            self.state, self.error = "failed", str(e)
+            log_event(_log, logging.ERROR, "stack failed", error=str(e))
+            return 1
+        finally:
+            if self.state != "failed":
+                self.state = "stopping"
+            with contextlib.suppress(Exception):
+                self.write_state()
+            self._stop_all()
+            if self.state != "failed":
+                self.state = "stopped"
+            self.write_state()
+
+    def _supervise(self, stop: StopSignal) -> None:
+        next_try: dict[str, float] = {}
+        while not stop.wait(1.0):
+            for c in self.components:
+                if c.alive():
+                    continue
+                now = time.monotonic()
+                if now < next_try.get(c.name, 0.0):
+                    continue
+                n = self.restarts.get(c.name, 0)
+                log_event(
+                    _log, logging.WARNING, "component died; restarting", component=c.name, restarts=n + 1
+                )
+                self.restarts[c.name] = n + 1
+                next_try[c.name] = now + RESTART_BACKOFF_S[min(n, len(RESTART_BACKOFF_S) - 1)]
+                try:
+                    c.stop()  # reap what is left of it
+                    c.start()
+                except Exception as e:
+                    log_event(_log, logging.ERROR, "restart failed", component=c.name, error=str(e))
+            self.write_state()
+
+    def _stop_all(self) -> None:
+        for c in reversed(self.components):
+            log_event(_log, logging.INFO, "stopping", component=c.name)
+            try:
+                c.stop()
+            except Exception as e:
+                log_event(_log, logging.ERROR, "stop failed", component=c.name, error=str(e))
