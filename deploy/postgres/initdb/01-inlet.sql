@@ -1,0 +1,34 @@
+-- Runs once, when the postgres container initialises an empty data directory (as POSTGRES_USER,
+-- connected to POSTGRES_DB = app). Server settings for logical decoding (wal_level=logical, ...)
+-- are passed on the server's command line in docker-compose.yml.
+
+-- The commit coordinator's state (instants, locks, heartbeats, outbox): its own database.
+-- `inlet coordinator serve` creates its tables on start (migrations), so only the database is made here.
+CREATE DATABASE inlet;
+
+-- The source database `app`: what Debezium captures (schema public).
+\connect app
+
+-- Debezium's heartbeat.action.query writes here, so the replication slot advances even when the
+-- captured tables are idle (otherwise the server keeps WAL for the slot). Not in schema public,
+-- so it is not captured itself.
+CREATE SCHEMA IF NOT EXISTS inlet;
+CREATE TABLE IF NOT EXISTS inlet.debezium_heartbeat (
+    id integer PRIMARY KEY,
+    ts timestamptz NOT NULL DEFAULT now()
+);
+
+-- A sample table, so a fresh stack has something to replicate
+-- (it lands as the Hudi table s3://lake/tables/app/public/customers).
+CREATE TABLE IF NOT EXISTS public.customers (
+    id         bigint PRIMARY KEY,
+    name       text NOT NULL,
+    email      text,
+    city       text,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO public.customers (id, name, email, city) VALUES
+    (1, 'Ada Lovelace', 'ada@example.com', 'London'),
+    (2, 'Grace Hopper', 'grace@example.com', 'New York'),
+    (3, 'Edsger Dijkstra', 'edsger@example.com', 'Amsterdam')
+ON CONFLICT (id) DO NOTHING;
