@@ -62,11 +62,12 @@ from inlet.core.config import (
     CompactionConfig,
     CompactionStrategy,
     CompactionTrigger,
-    ConfigKey,
     TableConfig,
     TableType,
     WriteConfig,
     WriteOperation,
+    check_options,
+    config_keys,
 )
 from inlet.core.errors import (
     CommitConflictError,
@@ -93,7 +94,7 @@ from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema
 from inlet.core.storage import FileInfo, Storage
 from inlet.core.timeline import Timeline
 from inlet.core.writers import (
-    HEARTBEAT_INTERVAL_KEY,
+    WRITE_OPTION_KEYS,
     CommittedInstants,
     ensure_partition_metadata,
     remove_stray_files,
@@ -294,11 +295,11 @@ def _check_metadata_table(table: HudiTable, options: Mapping[str, str]) -> None:
 
 
 def _options(options: Mapping[str, str] | None) -> dict[str, str]:
-    """The options as strings, every compaction option checked (bad values fail before any work)."""
+    """The options as strings, every compaction and write option checked (the run writes base
+    files and heartbeats with the write options): a bad value raises
+    :class:`~inlet.core.errors.InvalidOptionError` before any work, no instant is left behind."""
     opts = {str(k): str(v) for k, v in (options or {}).items()}
-    for key in vars(CompactionConfig).values():
-        if isinstance(key, ConfigKey):
-            key.get(opts)
+    check_options(opts, (*config_keys(CompactionConfig), *WRITE_OPTION_KEYS))
     return opts
 
 
@@ -759,7 +760,7 @@ def run(
     opts = _options(options)
     storage = table.storage
     protocol = table.commit_protocol
-    interval = int(opts.get(HEARTBEAT_INTERVAL_KEY, heartbeat.DEFAULT_INTERVAL_MS))
+    interval = WriteConfig.HEARTBEAT_INTERVAL_MS.require(opts)
     with table_lock(storage):
         tl = protocol.timeline()
         target = _target(tl, instant)

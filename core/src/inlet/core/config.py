@@ -7,11 +7,11 @@ A :class:`ConfigKey` names a Hudi/Inlet option, its type and default, so that th
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from inlet.core.errors import InvalidConfigError
+from inlet.core.errors import InvalidConfigError, InvalidOptionError
 
 T = TypeVar("T")
 
@@ -27,6 +27,47 @@ def parse_bool(value: str) -> bool:
 
 def parse_list(value: str) -> list[str]:
     return [p.strip() for p in value.split(",") if p.strip()]
+
+
+def parse_positive_int(value: str) -> int:
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise ValueError("not an integer") from None
+    if n <= 0:
+        raise ValueError("must be a positive integer")
+    return n
+
+
+def parse_non_negative_int(value: str) -> int:
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise ValueError("not an integer") from None
+    if n < 0:
+        raise ValueError("must not be negative")
+    return n
+
+
+# Hudi's codec names (Parquet's CompressionCodecName) -> the names pyarrow writes with; LZO has no
+# writer in Arrow's Parquet implementation, so it is refused up front rather than at the first file.
+_PARQUET_CODECS = {
+    "snappy": "snappy",
+    "gzip": "gzip",
+    "zstd": "zstd",
+    "lz4": "lz4",
+    "lz4_raw": "lz4",
+    "brotli": "brotli",
+    "uncompressed": "none",
+    "none": "none",
+}
+
+
+def parse_parquet_codec(value: str) -> str:
+    v = value.strip().lower()
+    if v not in _PARQUET_CODECS:
+        raise ValueError(f"unsupported Parquet codec (one of: {', '.join(sorted(_PARQUET_CODECS))})")
+    return _PARQUET_CODECS[v]
 
 
 @dataclass(frozen=True)
@@ -52,6 +93,22 @@ class ConfigKey(Generic[T]):
         if value is None:
             raise InvalidConfigError(f"missing required config {self.key}")
         return value
+
+
+def config_keys(*holders: type) -> list[ConfigKey[Any]]:
+    """The :class:`ConfigKey` attributes of config holder classes (``WriteConfig``...), in order."""
+    return [k for h in holders for k in vars(h).values() if isinstance(k, ConfigKey)]
+
+
+def check_options(options: Mapping[str, str], keys: Iterable[ConfigKey[Any]]) -> None:
+    """Parse every one of ``keys`` present in ``options``; a malformed value raises
+    :class:`InvalidOptionError` naming the key and the value. Actions call this before they begin
+    an instant, so a bad option never leaves a pending instant behind."""
+    for key in keys:
+        try:
+            key.get(options)
+        except InvalidConfigError as e:
+            raise InvalidOptionError(f"invalid option {e}") from e.__cause__
 
 
 class TableType(enum.StrEnum):
@@ -223,14 +280,21 @@ class TableConfig:
 class WriteConfig:
     """Write-time options (Hudi's ``HoodieWriteConfig`` names); not persisted in the table."""
 
-    PARQUET_MAX_FILE_SIZE = ConfigKey("hoodie.parquet.max.file.size", int, 120 * 1024 * 1024)
-    PARQUET_SMALL_FILE_LIMIT = ConfigKey("hoodie.parquet.small.file.limit", int, 100 * 1024 * 1024)
-    COPY_ON_WRITE_RECORD_SIZE_ESTIMATE = ConfigKey("hoodie.copyonwrite.record.size.estimate", int, 1024)
-    PARQUET_COMPRESSION = ConfigKey("hoodie.parquet.compression.codec", str, "snappy")
+    PARQUET_MAX_FILE_SIZE = ConfigKey("hoodie.parquet.max.file.size", parse_positive_int, 120 * 1024 * 1024)
+    PARQUET_SMALL_FILE_LIMIT = ConfigKey(
+        "hoodie.parquet.small.file.limit", parse_non_negative_int, 100 * 1024 * 1024
+    )
+    COPY_ON_WRITE_RECORD_SIZE_ESTIMATE = ConfigKey(
+        "hoodie.copyonwrite.record.size.estimate", parse_positive_int, 1024
+    )
+    PARQUET_COMPRESSION = ConfigKey("hoodie.parquet.compression.codec", parse_parquet_codec, "snappy")
     BULK_INSERT_SORT_MODE = ConfigKey(
         "hoodie.bulkinsert.sort.mode", BulkInsertSortMode.parse, BulkInsertSortMode.NONE
     )
     COMBINE_BEFORE_INSERT = ConfigKey("hoodie.combine.before.insert", parse_bool, True)
+    # the writer's heartbeat period (Hudi's HoodieWriteConfig key and default); a pending instant
+    # whose heartbeat is older than (tolerable misses + 1) periods is rolled back by the next writer
+    HEARTBEAT_INTERVAL_MS = ConfigKey("hoodie.client.heartbeat.interval_in_ms", parse_positive_int, 60_000)
 
 
 class CompactionTrigger(enum.StrEnum):

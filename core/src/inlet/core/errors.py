@@ -31,6 +31,13 @@ class InvalidInputError(InletError):
     """Input records are malformed (null record key, unreadable file, unknown column...)."""
 
 
+class InvalidOptionError(InvalidConfigError, InvalidInputError):
+    """A write or table-service option has a malformed value (``hoodie.parquet.max.file.size=big``).
+
+    Raised before the action begins, so nothing is written and no instant is left behind. It is
+    both a configuration error and an input error: callers catching either see it."""
+
+
 class UnsupportedError(InletError):
     """The table uses a feature this version of Inlet cannot handle."""
 

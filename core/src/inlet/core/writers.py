@@ -35,7 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -48,11 +48,14 @@ from inlet.core import merge as merging
 from inlet.core.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.config import (
     BulkInsertSortMode,
+    ConfigKey,
     IndexType,
     MergeMode,
     TableType,
     WriteConfig,
     WriteOperation,
+    check_options,
+    config_keys,
 )
 from inlet.core.errors import InvalidInputError, SchemaError, UnsupportedError
 from inlet.core.file_group_reader import BlockFilter, counted_blocks
@@ -99,7 +102,14 @@ log = logging.getLogger("inlet.core.writers")
 KEY = merging.KEY
 PARTITION = merging.PARTITION
 DELETED = "__inlet_deleted"
-HEARTBEAT_INTERVAL_KEY = "hoodie.client.heartbeat.interval_in_ms"
+# every option a write parses (both engines); checked before the instant begins
+WRITE_OPTION_KEYS: tuple[ConfigKey[Any], ...] = (*config_keys(WriteConfig), logs.DATA_BLOCK_FORMAT)
+
+
+def check_write_options(options: dict[str, str]) -> None:
+    """Parse every write option (:data:`WRITE_OPTION_KEYS`): a malformed value raises
+    :class:`~inlet.core.errors.InvalidOptionError` naming key and value, before anything is written."""
+    check_options(options, WRITE_OPTION_KEYS)
 
 
 # ---------------------------------------------------------------------------------- prepare
@@ -1217,9 +1227,10 @@ def run_write(
             "HoodieRequestedReplaceMetadata",
             {"operationType": op.value, "clusteringPlan": None, "extraMetadata": None, "version": 1},
         )
+    check_write_options(options)  # engines check earlier too; nothing may fail between begin and try
+    interval = WriteConfig.HEARTBEAT_INTERVAL_MS.require(options)
     protocol = table.commit_protocol
     instant = protocol.begin(action, requested)
-    interval = int(options.get(HEARTBEAT_INTERVAL_KEY, heartbeat.DEFAULT_INTERVAL_MS))
     beat = heartbeat.Heartbeat(table.storage, instant.time, interval).start()
     try:
         faults.crash_point(faults.AFTER_REQUESTED)
@@ -1278,6 +1289,7 @@ def write_table(
 ) -> CommitResult:
     op = parse_operation(operation)
     check_writable(table)
+    check_write_options(options)
     if data is None:
         if op is not WriteOperation.DELETE_PARTITION:
             raise InvalidInputError(f"{op.value.lower()} needs input data")

@@ -85,13 +85,14 @@ from inlet.core.errors import (
     UnsupportedError,
 )
 from inlet.core.filegroups import FileSlice, new_file_id
-from inlet.core.heartbeat import DEFAULT_INTERVAL_MS, HEARTBEAT_DIR
+from inlet.core.heartbeat import HEARTBEAT_DIR
 from inlet.core.instant import Action, Instant, State
 from inlet.core.readers import Filter, ReadPlan, filter_expression, plan_read, read_slice
 from inlet.core.rollback import rollback, rollback_failed_writes
 from inlet.core.schema import evolve, to_avro_schema
 from inlet.core.spark import types as spark_types
 from inlet.core.table import HudiTable
+from inlet.core.writers import check_write_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -108,7 +109,6 @@ FILTERS_OPTION = "inlet.read.filters"
 PUSHDOWN_OPTION = "inlet.read.filter.pushdown"
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 OPERATION = "hoodie.datasource.write.operation"
-HEARTBEAT_INTERVAL = "hoodie.client.heartbeat.interval_in_ms"
 USE_WRITE = "use inlet.core.spark.write(df, path, options)"
 # file groups one task may write: the task id of a file is partition id * this + its index
 _FILES_PER_TASK = 100_000
@@ -426,6 +426,7 @@ class HudiWriter(DataSourceArrowWriter):
     @staticmethod
     def check(table: HudiTable, options: Mapping[str, str], overwrite: bool) -> WriteOperation:
         """The operation, if this data source can do it on ``table`` (else UnsupportedError)."""
+        check_write_options(dict(options))  # before the instant begins: nothing is left behind
         op_text = str(options.get(OPERATION) or "upsert")
         op = WriteOperation.parse(op_text)
         if overwrite:
@@ -472,7 +473,7 @@ class HudiWriter(DataSourceArrowWriter):
         return writer
 
     def _lease(self, table: HudiTable) -> _Lease:
-        interval = int(self.options.get(HEARTBEAT_INTERVAL, DEFAULT_INTERVAL_MS))
+        interval = WriteConfig.HEARTBEAT_INTERVAL_MS.require(self.options)
         return _Lease(table, self.instant.time, interval)
 
     # ------------------------------------------------------------------ executors

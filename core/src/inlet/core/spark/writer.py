@@ -92,14 +92,20 @@ from inlet.core.commit import CommitProtocol
 from inlet.core.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.config import (
     BulkInsertSortMode,
-    ConfigKey,
     IndexType,
     MergeMode,
     TableType,
     WriteConfig,
     WriteOperation,
 )
-from inlet.core.errors import InletError, InvalidConfigError, InvalidInputError, SchemaError, TableExistsError
+from inlet.core.errors import (
+    InletError,
+    InvalidConfigError,
+    InvalidInputError,
+    InvalidOptionError,
+    SchemaError,
+    TableExistsError,
+)
 from inlet.core.file_group_reader import BlockFilter
 from inlet.core.filegroups import BaseFile, FileSystemView, LogFile, new_file_id
 from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
@@ -756,8 +762,37 @@ def _storage_level(options: Mapping[str, str]) -> StorageLevel:
     name = options.get(opt.TAGGED_STORAGE_LEVEL, DEFAULT_STORAGE_LEVEL).strip().upper()
     level = getattr(StorageLevel, name, None)
     if not isinstance(level, StorageLevel):
-        raise InvalidConfigError(f"{opt.TAGGED_STORAGE_LEVEL}={name} is not a Spark storage level")
+        raise InvalidOptionError(
+            f"invalid option {opt.TAGGED_STORAGE_LEVEL}={name!r}: not a Spark storage level"
+        )
     return level
+
+
+_PARALLELISM_KEYS = (
+    opt.UPSERT_PARALLELISM,
+    opt.INSERT_PARALLELISM,
+    opt.BULK_INSERT_PARALLELISM,
+    opt.DELETE_PARALLELISM,
+)
+
+
+def _parallelism_option(options: Mapping[str, str], key: str) -> int | None:
+    raw = options.get(key)
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidOptionError(f"invalid option {key}={raw!r}: not an integer") from None
+
+
+def check_write_options(options: dict[str, str]) -> None:
+    """Every option a Spark write parses (the core's write options and the Spark knobs), checked
+    before the table is created or an instant begins."""
+    writers.check_write_options(options)
+    _storage_level(options)
+    for key in _PARALLELISM_KEYS:
+        _parallelism_option(options, key)
 
 
 def _parallelism(spark: SparkSession, options: Mapping[str, str], op: WriteOperation, default: int) -> int:
@@ -766,13 +801,9 @@ def _parallelism(spark: SparkSession, options: Mapping[str, str], op: WriteOpera
         WriteOperation.DELETE: opt.DELETE_PARALLELISM,
         WriteOperation.BULK_INSERT: opt.BULK_INSERT_PARALLELISM,
     }.get(op, opt.INSERT_PARALLELISM)
-    raw = options.get(key)
-    if raw is None:
+    value = _parallelism_option(options, key)
+    if value is None:
         return max(1, default)
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidConfigError(f"{key}={raw!r} is not an integer") from None
     return max(1, value) if value > 0 else max(1, default)
 
 
@@ -1027,6 +1058,8 @@ def write(
     if save_mode not in SAVE_MODES:
         raise InvalidConfigError(f"unknown save mode {mode!r} (one of {', '.join(SAVE_MODES)})")
     settings = opt.parse_write_options(options)
+    write_options = settings.write_options
+    check_write_options(write_options)  # bad values fail before any work (no table, no instant)
     table, op = _open_table(path, settings, commit_protocol, save_mode)
     if table is None:
         return None
@@ -1035,10 +1068,6 @@ def write(
         raise InvalidInputError(f"{op.value.lower()} is a table service, not a write operation")
     if table.table_type is TableType.MERGE_ON_READ and not table.populate_meta_fields:
         raise errors.UnsupportedError("Merge-on-Read writes need hoodie.populate.meta.fields=true")
-    write_options = settings.write_options
-    for key in vars(WriteConfig).values():  # bad values fail before any work
-        if isinstance(key, ConfigKey):
-            key.get(write_options)
     prepared = _prepare(df, table, op, write_options)
     extra = {**settings.extra_metadata, **(extra_metadata or {})}
     wanted = [*settings.partitions, *(partitions or ())]
