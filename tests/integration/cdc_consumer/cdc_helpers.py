@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,3 +258,54 @@ def spawn_cli(args: list[str], log_path: Path, env: dict[str, str] | None = None
         start_new_session=True,
         env={**os.environ, **(env or {})},
     )
+
+
+def cli_run_args(bootstrap: str, prefix: str, topics: list[str], *extra: str) -> list[str]:
+    args = [
+        "cdc",
+        "run",
+        "--bootstrap",
+        bootstrap,
+        "--group",
+        "cdc-" + prefix,
+        "--dlq-topic",
+        f"inlet.dlq.{prefix}",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--shutdown-timeout",
+        "10",
+    ]
+    for t in topics:
+        args += ["--topic", t]
+    for o in FAST_CONSUMER:
+        args += ["--consumer-option", o]
+    return [*args, *extra]
+
+
+def serving_address(proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 60.0) -> str:
+    """The metrics address from the service's ``{"event": "serving", ...}`` line."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in log_path.read_text(errors="replace").splitlines():
+            if line.startswith('{"event": "serving"'):
+                return str(json.loads(line)["metrics"])
+        if proc.poll() is not None:
+            raise AssertionError(f"service exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"service did not announce itself:\n{log_path.read_text()[-3000:]}")
+
+
+def scrape(address: str) -> str:
+    import urllib.request
+
+    return urllib.request.urlopen(f"http://{address}/metrics", timeout=5).read().decode()
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a leftover service process group (tests leave nothing running)."""
+    import signal
+
+    if proc.poll() is None:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
