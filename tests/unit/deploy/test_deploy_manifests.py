@@ -419,6 +419,44 @@ def test_connector_config_and_cdc_consumer_agree() -> None:
     assert f"CREATE DATABASE {coord_url.rsplit('/', 1)[1]}" in init_sql
 
 
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_compose_services_agree_with_each_other() -> None:
+    services = interpolate(compose())["services"]
+    coord, writer = services["coordinator"], services["writer"]
+    # the writer commits under the coordinator's lake root, at the address it listens on
+    assert _flag(writer["command"], "--lake-root") == _flag(coord["command"], "--lake-root")
+    host, port = _flag(writer["command"], "--coordinator").rsplit(":", 1)
+    assert host == "coordinator" and port == _flag(coord["command"], "--listen").rsplit(":", 1)[1]
+    # ... with the token that init-secrets.sh puts in the coordinator's tokens file
+    token = writer["environment"]["INLET_WRITER_COORDINATOR_TOKEN"]
+    assert token == services["inlet-secrets"]["environment"]["WRITER_TOKEN"] and len(token) >= 8
+    # the health checks probe the ports the services listen on
+    assert _flag(coord["healthcheck"]["test"], "--address").endswith(":" + port)
+    for name in ("cdc-consumer", "writer"):
+        listen_port = _flag(services[name]["command"], "--metrics-listen").rsplit(":", 1)[1]
+        assert f"127.0.0.1:{listen_port}/healthz" in " ".join(services[name]["healthcheck"]["test"])
+
+
+def test_k8s_services_agree_with_each_other() -> None:
+    maps = {d["metadata"]["name"]: d.get("data", {}) for _p, d in k8s_docs() if d["kind"] == "ConfigMap"}
+    coord, writer = maps["inlet-coordinator"], maps["inlet-writer"]
+    assert writer["INLET_WRITER_LAKE_ROOT"] in coord["INLET_COORDINATOR_LAKE_ROOT"].split(",")
+    service = next(
+        d for _p, d in k8s_docs() if d["kind"] == "Service" and d["metadata"]["name"] == "inlet-coordinator"
+    )
+    host, port = writer["INLET_WRITER_COORDINATOR"].rsplit(":", 1)
+    assert host == service["metadata"]["name"] and int(port) == service["spec"]["ports"][0]["port"]
+    assert coord["INLET_COORDINATOR_LISTEN"].endswith(":" + port)
+    secrets = {
+        d["metadata"]["name"]: d.get("stringData", {}) for _p, d in k8s_docs() if d["kind"] == "Secret"
+    }
+    tokens = json.loads(secrets["inlet-coordinator-tokens"]["tokens.json"])["tokens"]
+    assert secrets["inlet-writer"]["INLET_WRITER_COORDINATOR_TOKEN"] in {t["token"] for t in tokens}
+
+
 def test_writer_table_config_is_valid_and_the_same_everywhere() -> None:
     from inlet.services.writer import tables
 
@@ -570,13 +608,12 @@ def test_init_secrets_and_grpc_health_check_work_together(tmp_path: Path) -> Non
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
     secrets = tmp_path / "secrets"
-    env = {**os.environ, "WRITER_TOKEN": "test-writer-token-123"}
-    subprocess.run(["sh", str(SCRIPTS / "init-secrets.sh"), str(secrets)], check=True, env=env, timeout=60)
+    _make_secrets(secrets)
     tokens = json.loads((secrets / "tokens.json").read_text())
     assert tokens["tokens"][0]["token"] == "test-writer-token-123"
     # a second run keeps what is there
     before = (secrets / "coordinator.pem").read_bytes()
-    subprocess.run(["sh", str(SCRIPTS / "init-secrets.sh"), str(secrets)], check=True, env=env, timeout=60)
+    _make_secrets(secrets)
     assert (secrets / "coordinator.pem").read_bytes() == before
 
     # the coordinator's compose command and health check name files the script made
@@ -625,3 +662,72 @@ def test_init_secrets_and_grpc_health_check_work_together(tmp_path: Path) -> Non
         assert subprocess.run(wrong, capture_output=True, text=True, timeout=60).returncode == 1
     finally:
         server.stop(0)
+
+
+def _make_secrets(directory: Path) -> None:
+    env = {**os.environ, "WRITER_TOKEN": "test-writer-token-123"}
+    subprocess.run(["sh", str(SCRIPTS / "init-secrets.sh"), str(directory)], check=True, env=env, timeout=60)
+
+
+def _healthcheck_argv(test: list[str], secrets: Path, address: str) -> list[str]:
+    """A compose/k8s health check command, run here: this Python, the repository's script and files."""
+    argv = [w.replace("/var/lib/inlet/secrets/", f"{secrets}/") for w in test]
+    assert argv[:2] == ["python", "/opt/inlet/scripts/grpc_healthcheck.py"], argv
+    argv[:2] = [sys.executable, str(SCRIPTS / "grpc_healthcheck.py")]
+    argv[argv.index("--address") + 1] = address
+    return argv
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_compose_coordinator_serves_tls_and_passes_its_health_checks(tmp_path: Path, pg_url: str) -> None:
+    """The real ``inlet coordinator serve`` with compose's arguments and init-secrets.sh's files."""
+    import select
+    import time
+
+    secrets = tmp_path / "secrets"
+    _make_secrets(secrets)
+    coord = interpolate(compose()["services"]["coordinator"])
+    address = f"127.0.0.1:{_free_port()}"
+    argv = [w.replace("/var/lib/inlet/secrets/", f"{secrets}/") for w in coord["command"]]
+    argv[argv.index("--listen") + 1] = address  # tests bind loopback only
+    i = argv.index("--kafka-bootstrap")
+    del argv[i : i + 2]  # no broker here: commit events stay in the outbox
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INLET_")}
+    env.update({k: str(v) for k, v in coord["environment"].items() if k.startswith("INLET_")})
+    env["INLET_COORDINATOR_DATABASE_URL"] = pg_url
+    inlet = Path(sys.executable).with_name("inlet")
+    proc = subprocess.Popen(
+        [str(inlet), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while not line and time.monotonic() < deadline and proc.poll() is None:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                line = proc.stdout.readline()  # type: ignore[union-attr]
+        stderr = proc.stderr.read() if proc.poll() is not None else ""  # type: ignore[union-attr]
+        assert line, f"the coordinator did not start: {stderr}"
+        assert json.loads(line) == {"event": "serving", "address": address, "tls": True}
+        compose_check = _healthcheck_argv(coord["healthcheck"]["test"][1:], secrets, address)
+        done = subprocess.run(compose_check, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == "SERVING", done.stderr
+        # the Kubernetes readiness probe asks for the coordinator service by name
+        deployment = next(
+            d
+            for _p, d in k8s_docs()
+            if d["kind"] == "Deployment" and d["metadata"]["name"] == "inlet-coordinator"
+        )
+        probe = deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
+        k8s_check = _healthcheck_argv(probe, secrets, address)
+        k8s_check[k8s_check.index("--ca") + 1] = str(secrets / "ca.pem")
+        k8s_check[k8s_check.index("--server-name") + 1] = "coordinator"  # init-secrets.sh's SAN
+        done = subprocess.run(k8s_check, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == "SERVING", done.stderr
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
