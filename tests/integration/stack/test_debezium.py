@@ -115,10 +115,10 @@ def read_topics(
                 ready = [t for t in missing if t in metadata.topics]
                 if ready:
                     assigned.update(ready)
-                    consumer.assign(
+                    consumer.incremental_assign(  # only the new topics: the others keep their position
                         [
                             TopicPartition(t, p, OFFSET_BEGINNING)
-                            for t in sorted(assigned)
+                            for t in ready
                             for p in metadata.topics[t].partitions
                         ]
                     )
