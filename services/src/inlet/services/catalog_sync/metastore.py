@@ -1,0 +1,91 @@
+"""A Hive Metastore Thrift client (``hmsclient``) that counts its calls and names its failures.
+
+Thrift transport failures (connection refused, reset, timeouts) become :class:`MetastoreUnavailableError`
+(retryable); the metastore's own exceptions (``MetaException``, ``InvalidOperationException``, ...) become
+:class:`CatalogSyncError` carrying the metastore's message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from inlet.services.catalog_sync.errors import CatalogSyncError, MetastoreUnavailableError
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def parse_metastore_uri(uri: str) -> tuple[str, int]:
+    """``thrift://host:port`` (the first of a comma-separated list) -> (host, port)."""
+    from inlet.services.stack.metastore import parse_uri
+
+    first = uri.split(",")[0].strip()
+    try:
+        return parse_uri(first)
+    except ValueError as e:
+        raise CatalogSyncError(str(e)) from None
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    from thrift.transport.TTransport import TTransportException
+
+    return isinstance(exc, (TTransportException, OSError, socket.timeout, EOFError, BrokenPipeError))
+
+
+class MetastoreClient:
+    """One connection to a metastore; every Thrift call goes through :meth:`call` and is counted."""
+
+    def __init__(self, uri: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.uri = uri
+        self.host, self.port = parse_metastore_uri(uri)
+        self.timeout_s = timeout_s
+        self.calls: Counter[str] = Counter()
+        self._client: Any = None
+
+    def open(self) -> MetastoreClient:
+        from inlet.services.stack.metastore import open_client
+
+        if self._client is None:
+            try:
+                self._client = open_client(self.host, self.port, self.timeout_s)
+            except Exception as e:
+                if _is_transport_error(e):
+                    raise MetastoreUnavailableError(f"cannot reach the metastore at {self.uri}: {e}") from e
+                raise
+        return self
+
+    def close(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):  # closing a broken transport may fail
+                self._client.close()
+            self._client = None
+
+    def __enter__(self) -> MetastoreClient:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, method: str, *args: Any) -> Any:
+        """``client.<method>(*args)``; counts it; maps errors (a transport error closes the connection)."""
+        from hmsclient.genthrift.hive_metastore import ttypes
+
+        self.open()
+        self.calls[method] += 1
+        fn: Callable[..., Any] = getattr(self._client, method)
+        try:
+            return fn(*args)
+        except (ttypes.NoSuchObjectException, ttypes.AlreadyExistsException):
+            raise
+        except Exception as e:
+            if _is_transport_error(e):
+                self.close()
+                raise MetastoreUnavailableError(f"metastore {self.uri} failed during {method}: {e}") from e
+            message = getattr(e, "message", None) or str(e) or type(e).__name__
+            raise CatalogSyncError(f"metastore {method} failed: {type(e).__name__}: {message}") from e
+
+    def reset_counts(self) -> None:
+        self.calls.clear()
