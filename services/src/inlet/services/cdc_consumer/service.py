@@ -251,6 +251,8 @@ class CdcConsumerService:
             log_event(log, logging.WARNING, "error while stopping", error=str(e))
         finally:
             self._consumer = None
+            self._producer = None  # the clients close when collected
+            self._admin = None
             if self._http is not None:
                 self._http.stop()
                 self._http = None

@@ -1,0 +1,124 @@
+"""Broker outages: the service neither crashes nor drops what it had consumed, and resumes once a broker is back.
+
+The brokers here are Tansu with memory storage: a restarted broker is empty, so these tests check the
+consumer's behaviour across the outage, not the broker's data retention.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+import urllib.error
+import urllib.request
+
+from cdc_helpers import (
+    InRecord,
+    committed,
+    make_config,
+    metric_value,
+    produce,
+    read_all,
+    recorded,
+    running,
+    scrape,
+    unique_prefix,
+    wait_for,
+)
+
+from inlet.services.stack import EmbeddedKafka
+
+
+def _changes(prefix: str, n: int) -> list[InRecord]:
+    topic = f"{prefix}.public.customers"
+    recs = [r for r in recorded(prefix) if r.topic == topic and r.value is not None and r.key is not None]
+    return list(itertools.islice(itertools.cycle(recs), n))
+
+
+def _health(address: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    try:
+        with urllib.request.urlopen(f"http://{address}/healthz", timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_output_broker_outage_loses_nothing_consumed(kafka_server: EmbeddedKafka) -> None:
+    """Source broker up, output broker down: consumed records wait, offsets stay put, all arrive after."""
+    prefix = unique_prefix()
+    topic = f"{prefix}.public.customers"
+    out_topic = f"inlet.changes.{topic}"
+    kafka_server.create_topic(topic, partitions=1)
+    first, during = _changes(prefix, 200), _changes(prefix, 300)
+    out = EmbeddedKafka().start()
+    port = out.port
+    out2: EmbeddedKafka | None = None
+    try:
+        produce(kafka_server.bootstrap, first)
+        config = make_config(
+            kafka_server.bootstrap,
+            prefix,
+            topics=(topic,),
+            topic_pattern=None,
+            output_bootstrap=out.bootstrap,
+            commit_interval_ms=200,
+        )
+        with running(config) as service:
+            address = service.metrics_address
+            assert address is not None
+            got = read_all(out.bootstrap, [out_topic], min_count=200)
+            assert sorted(o.source[2] for o in got) == list(range(200))
+            wait_for(lambda: committed(kafka_server.bootstrap, config.group, topic)[0] == 200)
+
+            out.stop()  # the output broker goes away
+            produce(kafka_server.bootstrap, during)
+            # the service consumes the new records, cannot deliver them, and commits none of them
+            wait_for(lambda: metric_value(scrape(address), "inlet_cdc_events_in_total", topic=topic) == 500)
+            wait_for(lambda: _health(address)[0] == 503, timeout_s=30)
+            time.sleep(2.0)  # several commit intervals
+            assert committed(kafka_server.bootstrap, config.group, topic)[0] == 200
+            assert (metric_value(scrape(address), "inlet_cdc_pending_outputs") or 0) > 0
+
+            out2 = EmbeddedKafka(port=port).start()  # a broker is back on the same address (empty)
+            after = read_all(out2.bootstrap, [out_topic], min_count=300, timeout_s=90)
+            assert sorted({o.source[2] for o in after}) == list(range(200, 500))
+            wait_for(lambda: committed(kafka_server.bootstrap, config.group, topic)[0] == 500, timeout_s=60)
+            wait_for(lambda: _health(address)[0] == 200, timeout_s=30)
+    finally:
+        out.stop()
+        if out2 is not None:
+            out2.stop()
+
+
+def test_single_broker_outage_then_resume(tmp_path: object) -> None:
+    """The only broker dies and comes back empty on the same port: the service survives and carries on."""
+    prefix = unique_prefix()
+    topic = f"{prefix}.public.customers"
+    out_topic = f"inlet.changes.{topic}"
+    broker = EmbeddedKafka().start()
+    port = broker.port
+    broker2: EmbeddedKafka | None = None
+    try:
+        broker.create_topic(topic, partitions=1)
+        produce(broker.bootstrap, _changes(prefix, 100))
+        config = make_config(
+            broker.bootstrap, prefix, topics=(topic,), topic_pattern=None, commit_interval_ms=200
+        )
+        with running(config) as service:
+            address = service.metrics_address
+            assert address is not None
+            assert len(read_all(broker.bootstrap, [out_topic], min_count=100)) == 100
+            broker.stop()
+            time.sleep(3.0)
+            assert _health(address)[0] == 503
+            broker2 = EmbeddedKafka(port=port).start()
+            broker2.create_topic(topic, partitions=1)
+            produce(broker2.bootstrap, _changes(prefix, 400))
+            after = read_all(broker2.bootstrap, [out_topic], min_count=300, timeout_s=90)
+            assert {o.source[2] for o in after} >= set(range(100, 400))
+            wait_for(lambda: _health(address)[0] == 200, timeout_s=30)
+            assert metric_value(scrape(address), "inlet_cdc_events_in_total", topic=topic) >= 400
+    finally:
+        broker.stop()
+        if broker2 is not None:
+            broker2.stop()
