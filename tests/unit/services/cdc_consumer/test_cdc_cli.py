@@ -119,6 +119,14 @@ def test_decode_transaction_end_and_silent_records(
         assert capsys.readouterr().out == ""
 
 
+def test_decode_table_without_primary_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # INSERT INTO events_nopk VALUES ('x', 1)
+    r = record(lambda r: r["topic"] == "dbserver1.public.events_nopk" and payload(r).get("op") == "c")
+    assert main(["cdc", "decode", *write(tmp_path, r)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["key"] == {} and doc["after"] == {"ev": "x", "n": 1}
+
+
 def test_decode_truncate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     r = record(lambda r: payload(r).get("op") == "t")
     assert main(["cdc", "decode", *write(tmp_path, r)]) == 0
@@ -126,14 +134,11 @@ def test_decode_truncate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert doc["op"] == "t" and doc["table"] == "dbserver1.public.orders" and doc["key"] is None
 
 
-def test_decode_no_primary_key_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    r = record(lambda r: r["topic"] == "dbserver1.public.events_nopk" and payload(r).get("op") == "c")
+def test_decode_wrong_type_and_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = record(lambda r: r["topic"] == "dbserver1.public.orders" and payload(r).get("op") == "r")
+    r["value"]["payload"]["after"]["customer_id"] = "one"
     assert main(["cdc", "decode", *write(tmp_path, r)]) == 1
-    err = capsys.readouterr().err
-    assert (
-        err.startswith("inlet: error: table dbserver1.public.events_nopk has no primary key")
-        and err.count("\n") == 1
-    )
+    assert capsys.readouterr().err == "inlet: error: column 'customer_id': expected int32, got 'one'\n"
     assert main(["cdc", "decode", "--value", str(tmp_path / "nope.json")]) == 1
     assert "cannot read the value file" in capsys.readouterr().err
 

@@ -6,7 +6,7 @@ one JSON object (what ``inlet cdc decode`` prints).
 """
 
 from inlet.services.cdc_consumer.catalog import CatalogColumn, PostgresCatalog
-from inlet.services.cdc_consumer.decode import Decoder, ValueFormat
+from inlet.services.cdc_consumer.decode import Decoder, ValueFormat, row_record_key
 from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.cdc_consumer.render import render_change, render_transaction
 
@@ -18,4 +18,5 @@ __all__ = [
     "ValueFormat",
     "render_change",
     "render_transaction",
+    "row_record_key",
 ]

@@ -5,15 +5,30 @@ without schemas (column types from the source catalog) and Confluent Avro (write
 schema registry) -- and returns ``ChangeRecord`` messages:
 
 - data change (``op`` c/u/d/r): one ``ChangeRecord(change=...)``;
-- truncate (``op`` t): one change with ``OPERATION_TRUNCATE``, empty key/before/after;
+- truncate (``op`` t): one change with ``OPERATION_TRUNCATE``, source and transaction filled, empty
+  key/before/after/schema (Debezium sends ``t`` only with ``skipped.operations`` not containing it);
 - tombstone (null value), heartbeat (``__debezium-heartbeat.<prefix>``), logical decoding message
   (``op`` m, topic ``<prefix>.message``), transaction ``BEGIN``: nothing;
 - transaction ``END`` (``<prefix>.transaction``): one ``ChangeRecord(transaction=...)`` per table
-  the transaction touched, with that table's and the total event counts.
+  the transaction touched, with that table's and the total event counts (Debezium lists a logical
+  decoding message as a pseudo collection ``io.debezium...LogicalDecodingMessageId@...``: skipped,
+  though ``total_event_count`` still counts it, as Debezium does).
 
-Everything else raises :class:`DecodeError` with a one-line reason. A table without a primary key
-(Debezium sends a null Kafka key) has no Hudi record key: its changes raise
-``DecodeError("table ... has no primary key ...")`` and belong in the dead letters.
+Transaction ids (``TransactionRef.id``, ``TransactionEvent.id``) are the txId part of Debezium's
+``"<txId>:<lsn>"``: Debezium 3.x's PostgreSQL connector puts each event's own LSN after the colon,
+so only the txId is the same across a transaction's changes and its END.
+
+Values: see :mod:`.types` (one converter per column, chosen from the Connect schema, the Avro writer
+schema or the catalog). ``headers`` are accepted for the consumer's convenience and not read.
+
+Everything else raises :class:`DecodeError` with a one-line reason.
+
+A table without a primary key (Debezium sends a null Kafka key; such a table needs REPLICA IDENTITY
+FULL for PostgreSQL to publish its updates and deletes) is keyed by the whole row: ``record_key``
+is Hudi's complex key over every column (:func:`row_record_key`) of ``after`` (c/r/u) or ``before``
+(d), ``key`` is empty and no column has a ``key_position``. Identical rows share a key (Hudi keeps
+one), and an UPDATE moves the row to a new key: the old one is ``row_record_key(schema, before)``.
+Setting Debezium's ``message.key.columns`` for the table gives it a real key instead.
 
 Per table and schema (Connect schema bytes, Avro schema id, or catalog column set) the decoder
 builds a :class:`_TablePlan` once -- the ``TableSchema`` and one converter per column -- and reuses
@@ -491,11 +506,20 @@ class Decoder:
             _row(plan, after, "after", ev.after.values.add)
         elif op != pb.OPERATION_DELETE:
             raise DecodeError(f"op {payload['op']!r} without 'after'")
-        if key_payload is None:
-            raise DecodeError(
-                f"table {table_id} has no primary key (Debezium sent a null key); Hudi needs a record key: "
-                "add a primary key or set Debezium's message.key.columns for it"
-            )
+        if key_payload is None:  # no primary key: the record key is the whole row
+            image = ev.before if op == pb.OPERATION_DELETE else ev.after
+            if not image.values:
+                raise DecodeError(
+                    f"table {table_id} has no primary key and the {'delete' if after is None else 'change'} "
+                    "has no row image to key it by (REPLICA IDENTITY FULL is needed)"
+                )
+            try:
+                ev.record_key = row_record_key(
+                    plan.schema, image, ev.before if image is ev.after and before is not None else None
+                )
+            except DecodeError as e:
+                raise DecodeError(f"table {table_id} has no primary key: {e.reason}") from None
+            return record
         add = ev.key.values.add
         columns = plan.schema.columns
         texts = []
@@ -579,6 +603,29 @@ def _row(plan: _TablePlan, data: Any, which: str, add: Any) -> None:
 def _show(raw: Any) -> str:
     text = repr(raw)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def row_record_key(schema: pb.TableSchema, row: pb.Row, before: pb.Row | None = None) -> str:
+    """The record key of a table without a primary key: every column of ``row``, rendered as Hudi's
+    complex key generator does (``col1:v1,col2:v2``; the value alone for a one-column table).
+
+    The decoder keys a keyless table's c/r/u changes by their ``after`` image and deletes by their
+    ``before`` image (REPLICA IDENTITY FULL sends every column), so a row's insert and its delete get
+    the same key. An UPDATE changes the key: the old row's key is ``row_record_key(schema, before)``.
+    An unchanged TOASTed value in ``row`` takes its value from ``before``.
+    """
+    names = [c.name for c in schema.columns]
+    texts = []
+    for i, (c, v) in enumerate(zip(schema.columns, row.values, strict=True)):
+        if v.WhichOneof("kind") == "unchanged":
+            if before is None or before.values[i].WhichOneof("kind") == "unchanged":
+                raise DecodeError(f"column {c.name!r} is an unchanged TOASTed value: no record key")
+            v = before.values[i]
+        try:
+            texts.append(key_text(c, v))
+        except ValueError as e:
+            raise DecodeError(f"column {c.name!r}: {e}") from None
+    return _record_key(names, texts)
 
 
 def _record_key(names: Sequence[str], texts: list[str | None]) -> str:

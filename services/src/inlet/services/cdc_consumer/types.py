@@ -434,7 +434,7 @@ def key_text(column: pb.Column, value: pb.Value) -> str | None:
     Integers, strings, UUIDs and decimal text as they are; booleans ``true``/``false``; dates as
     ``yyyy-MM-dd`` (Hudi renders Avro ``date`` values as LocalDate text); times, timestamps and
     durations as their microsecond numbers (Hudi renders ``timestamp-micros`` longs as numbers);
-    doubles by Python's ``repr``; bytes base64.
+    doubles by Python's ``repr``; bytes base64; lists (whole-row keys only) as a JSON array of those.
     """
     kind = value.WhichOneof("kind")
     if kind is None:
@@ -453,4 +453,6 @@ def key_text(column: pb.Column, value: pb.Value) -> str | None:
         return repr(value.double_value)
     if kind == "bytes_value":
         return binascii.b2a_base64(value.bytes_value, newline=False).decode()
+    if kind == "list_value":  # only in the whole-row keys of tables without a primary key
+        return orjson.dumps([key_text(column.element, v) for v in value.list_value.values]).decode()
     raise ValueError(f"a {kind} cannot be part of a record key")
