@@ -7,8 +7,6 @@ import threading
 import time
 from typing import Any
 
-import pytest
-
 from inlet.services.coordinator.client import CoordinatorCallError
 
 WORKERS = 4
@@ -56,15 +54,24 @@ def test_release_hands_the_lock_to_one_waiter_at_once(e2e: Any) -> None:
     assert len(winners) == 1 and winners[0][1] < 1.0 and winners[0][2] == 2, got
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (coordinator commits.py Coordinator.acquire_lock): a waiting AcquireLock holds a gRPC "
-    "worker thread for its whole wait (sleep-and-poll), so as many waiters as --max-workers starve every "
-    "other call on the server (here the holder's ReleaseLock) until their waits time out",
-)
 def test_release_is_not_starved_by_as_many_waiters_as_worker_threads(e2e: Any) -> None:
     """As many waiters as the server has worker threads: the holder's release must still be served at
     once, and one waiter get the lock."""
     release_s, got = contend(e2e, WORKERS)
     assert release_s < 1.0, f"the release took {release_s:.1f} s"
     assert any(g[2] > 0 for g in got), got
+
+
+def test_many_more_waiters_than_worker_threads_still_wait_their_whole_time(e2e: Any) -> None:
+    """Three times as many waiters as worker threads: the server lets only some of them wait on its
+    threads, the others are told to retry and wait on their client's side. The release is still
+    served at once, exactly one waiter gets the lock (the next fencing token), and every other
+    waiter keeps trying for its whole wait (8 s from its start, 7.5 s after the release) before
+    it fails: an early ABORTED from a busy server is not the end of a client's wait."""
+    release_s, got = contend(e2e, 3 * WORKERS)
+    assert release_s < 1.0, f"the release took {release_s:.1f} s"
+    assert len(got) == 3 * WORKERS, got
+    winners = [g for g in got if g[2] > 0]
+    assert len(winners) == 1 and winners[0][1] < 1.0 and winners[0][2] == 2, got
+    losers = [g for g in got if g[2] < 0]
+    assert losers and all(6.5 < g[1] < 10.0 for g in losers), got

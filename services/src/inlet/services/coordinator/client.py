@@ -42,6 +42,9 @@ log = logging.getLogger("inlet.coordinator.client")
 
 CONFLICT_METADATA_KEY = "inlet-conflict-bin"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# a lock wait the server did not hold is retried after 10 ms, doubling up to 200 ms (with jitter)
+LOCK_RETRY_MIN_S = 0.01
+LOCK_RETRY_MAX_S = 0.2
 MODES = {
     None: coordinator_pb2.CONCURRENCY_MODE_UNSPECIFIED,
     "SINGLE_WRITER": coordinator_pb2.CONCURRENCY_MODE_SINGLE_WRITER,
@@ -248,10 +251,27 @@ class CoordinatorClient:
     def acquire_lock(
         self, table_id: str, owner: str, lease_ms: int = 0, wait_ms: int = 0
     ) -> coordinator_pb2.Lease:
-        req = coordinator_pb2.AcquireLockRequest(
-            table_id=table_id, owner=owner, lease_ms=lease_ms, wait_ms=wait_ms
-        )
-        return self.call("AcquireLock", req, timeout_s=self.timeout_s + wait_ms / 1000).lease  # type: ignore[no-any-return]
+        """The table lock, waiting up to ``wait_ms`` for its holder. The server waits only while it
+        has a free lock-wait slot and may answer ABORTED early (see ``AcquireLockRequest.wait_ms``);
+        the wait then goes on here: the call is repeated with the rest of ``wait_ms`` (backing
+        off from 10 ms to 200 ms) until the lock is granted or the time is up (ABORTED)."""
+        deadline = time.monotonic() + wait_ms / 1000
+        delay = LOCK_RETRY_MIN_S
+        while True:
+            remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            req = coordinator_pb2.AcquireLockRequest(
+                table_id=table_id, owner=owner, lease_ms=lease_ms, wait_ms=remaining_ms
+            )
+            try:
+                return self.call(  # type: ignore[no-any-return]
+                    "AcquireLock", req, timeout_s=self.timeout_s + remaining_ms / 1000
+                ).lease
+            except CoordinatorCallError as e:
+                left = deadline - time.monotonic()
+                if e.code != grpc.StatusCode.ABORTED or left <= 0:
+                    raise
+                time.sleep(min(left, delay * (0.5 + random.random() / 2)))
+                delay = min(delay * 2, LOCK_RETRY_MAX_S)
 
     def renew_lock(self, table_id: str, lock_id: str, lease_ms: int = 0) -> coordinator_pb2.Lease:
         req = coordinator_pb2.RenewLockRequest(table_id=table_id, lock_id=lock_id, lease_ms=lease_ms)

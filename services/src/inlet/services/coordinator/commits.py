@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -71,6 +72,13 @@ MAX_LEASE_MS = 3_600_000
 HEARTBEAT_MISSES = 3  # heartbeats a writer may miss before its instant expires
 
 
+def _held_message(table_id: str, held: LeaseRow) -> str:
+    return (
+        f"the lock of table {table_id} is held by {held.owner} (fencing token {held.fencing_token}, "
+        f"lease ends in {held.remaining_ms} ms)"
+    )
+
+
 @dataclass(frozen=True)
 class Completion:
     instant: Instant
@@ -121,6 +129,7 @@ class Coordinator:
         heartbeat_timeout_ms: int,
         lock_lease_ms: int,
         coordinator_id: str | None = None,
+        lock_wait_slots: int | None = None,
     ) -> None:
         self.store = store
         self.lake_roots = list(lake_roots)
@@ -128,6 +137,15 @@ class Coordinator:
         self.lock_lease_ms = lock_lease_ms
         self.id = coordinator_id or f"coordinator-{uuid.uuid4().hex[:12]}"
         self._started = time.monotonic()
+        # AcquireLock calls that may wait here at once (each holds its server thread while it
+        # waits); None: any number. The others are answered at once and wait on the client's side.
+        self._lock_wait_slots = (
+            threading.BoundedSemaphore(lock_wait_slots) if lock_wait_slots is not None else None
+        )
+        self.lock_wait_slots = lock_wait_slots
+        # notified when a lease of this coordinator is released, so waiters here retry at once
+        self._lock_released = threading.Condition()
+        self._releases = 0  # leases released here (a waiter that saw a change skips its wait)
 
     def _just_started(self, timeout_ms: int) -> bool:
         """While this coordinator has run for less than a heartbeat timeout, silence proves nothing:
@@ -746,35 +764,69 @@ class Coordinator:
 
     def acquire_lock(self, table_id: str, owner: str, lease_ms: int, wait_ms: int) -> LeaseRow:
         """Grant the table lock (a new fencing token) if it is free or its lease expired; wait up to
-        ``wait_ms`` for it. A retried acquisition by the current holder gets its lease back, renewed."""
+        ``wait_ms`` for it. A retried acquisition by the current holder gets its lease back, renewed.
+
+        Waiting holds the calling server thread, so only :attr:`lock_wait_slots` calls wait here at
+        once: a held lock with no free slot raises :class:`LockHeld` at once (the client retries
+        with the rest of its wait, see :meth:`CoordinatorClient.acquire_lock`), and the other
+        threads stay free for every other call, the holder's ReleaseLock first of all. A waiter is
+        woken as soon as a lease of this coordinator is released (other replicas' releases and
+        expiries are seen by polling every 50 ms)."""
         validation.table_id(table_id)
         validation.bounded(owner, "owner", required=True)
         validation.non_negative(lease_ms, "lease_ms", MAX_LEASE_MS)
         validation.non_negative(wait_ms, "wait_ms", MAX_LOCK_WAIT_MS)
         lease_ms = lease_ms or self.lock_lease_ms
         deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            with self.store.transaction() as tx:
-                self._table(tx, table_id, lock=True)
-                held = tx.lease(table_id)
-                if held is None or held.expired:
-                    tx.grant_lease(table_id, uuid.uuid4().hex, owner, lease_ms)
-                    granted = tx.lease(table_id)
-                    assert granted is not None
-                    log.info("lock of %s granted to %s (token %d)", table_id, owner, granted.fencing_token)
+        slots = self._lock_wait_slots
+        waiting = False  # whether this call holds a wait slot
+        try:
+            while True:
+                with self._lock_released:
+                    seen = self._releases
+                granted, held = self._try_lock(table_id, owner, lease_ms)
+                if granted is not None:
                     return granted
-                if held.owner == owner:
-                    tx.extend_lease(table_id, held.lock_id, lease_ms)
-                    renewed = tx.lease(table_id)
-                    assert renewed is not None
-                    return renewed
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise LockHeld(
-                    f"the lock of table {table_id} is held by {held.owner} (fencing token {held.fencing_token}, "
-                    f"lease ends in {held.remaining_ms} ms)"
-                )
-            time.sleep(min(0.05, remaining))
+                assert held is not None
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LockHeld(_held_message(table_id, held))
+                if not waiting:
+                    if slots is not None and not slots.acquire(blocking=False):
+                        raise LockHeld(
+                            f"{_held_message(table_id, held)}; not waiting on the server (its "
+                            f"{self.lock_wait_slots} lock-wait slot(s) are taken): retry"
+                        )
+                    waiting = True
+                with self._lock_released:
+                    if self._releases == seen:
+                        self._lock_released.wait(min(0.05, remaining))
+        finally:
+            if waiting and slots is not None:
+                slots.release()
+
+    def _try_lock(self, table_id: str, owner: str, lease_ms: int) -> tuple[LeaseRow | None, LeaseRow | None]:
+        """One attempt: (the granted or renewed lease, None), or (None, the other owner's lease)."""
+        with self.store.transaction() as tx:
+            self._table(tx, table_id, lock=True)
+            held = tx.lease(table_id)
+            if held is None or held.expired:
+                tx.grant_lease(table_id, uuid.uuid4().hex, owner, lease_ms)
+                granted = tx.lease(table_id)
+                assert granted is not None
+                log.info("lock of %s granted to %s (token %d)", table_id, owner, granted.fencing_token)
+                return granted, None
+            if held.owner == owner:
+                tx.extend_lease(table_id, held.lock_id, lease_ms)
+                renewed = tx.lease(table_id)
+                assert renewed is not None
+                return renewed, None
+            return None, held
+
+    def _notify_released(self) -> None:
+        with self._lock_released:
+            self._releases += 1
+            self._lock_released.notify_all()
 
     def renew_lock(self, table_id: str, lock_id: str, lease_ms: int) -> LeaseRow:
         validation.table_id(table_id)
@@ -800,6 +852,7 @@ class Coordinator:
             self._table(tx, table_id, lock=True)
             self._held(tx, table_id, lock_id)
             tx.delete_lease(table_id, lock_id)
+        self._notify_released()
 
     @staticmethod
     def _held(tx: Tx, table_id: str, lock_id: str) -> LeaseRow:
@@ -812,7 +865,10 @@ class Coordinator:
 
     def release_expired_leases(self) -> list[tuple[str, str]]:
         with self.store.transaction() as tx:
-            return tx.delete_expired_leases()
+            released = tx.delete_expired_leases()
+        if released:
+            self._notify_released()
+        return released
 
 
 class DirectCommitProtocol(CommitProtocol):

@@ -129,7 +129,15 @@ def serve(config: CoordinatorConfig) -> RunningServer:
     started: list[Any] = []
     try:
         store.migrate()
-        coordinator = Coordinator(store, roots, config.heartbeat_timeout_ms, config.lock_lease_ms)
+        # lock waits may hold at most half of the worker threads (the others serve every other
+        # call, ReleaseLock included); more waiters wait on their clients' side
+        coordinator = Coordinator(
+            store,
+            roots,
+            config.heartbeat_timeout_ms,
+            config.lock_lease_ms,
+            lock_wait_slots=config.max_workers // 2,
+        )
         server = grpc.server(
             futures.ThreadPoolExecutor(
                 max_workers=config.max_workers, thread_name_prefix="inlet-coordinator"

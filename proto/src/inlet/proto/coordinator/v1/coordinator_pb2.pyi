@@ -561,7 +561,14 @@ class AcquireLockRequest(_message.Message):
     lease_ms: _builtins.int
     """0: the server default"""
     wait_ms: _builtins.int
-    """how long to wait for a held lock; 0: fail at once (ABORTED)"""
+    """How long to wait for a held lock; 0: fail at once (ABORTED). A waiting call holds a server
+    worker thread, so only some calls wait on the server at once (half of its worker threads):
+    when no wait slot is free, a held lock is answered ABORTED at once, before wait_ms has passed,
+    and the server's other threads stay free for every other call (the holder's ReleaseLock). The
+    caller then retries with the rest of its wait (Inlet's client does, backing off from 10 to
+    200 ms); ABORTED after the whole wait_ms means the lock stayed held. A waiting call is woken as
+    soon as the lock is released through the same coordinator.
+    """
     def __init__(
         self,
         *,

@@ -150,6 +150,8 @@ class CoordinatorServiceServicer:
 
     def AcquireLock(self, request, context):
         """A leased table lock with a fencing token, for writers that bring their own commit logic.
+        A held lock is waited for up to wait_ms, but the server may answer ABORTED earlier (see
+        AcquireLockRequest.wait_ms): callers retry with the rest of their wait.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -56,7 +56,10 @@ class CoordinatorServiceStub:
     """Rolls back a pending instant: deletes its files and writes a rollback instant."""
     GetTimeline: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.GetTimelineRequest, _coordinator_pb2.GetTimelineResponse]
     AcquireLock: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.AcquireLockRequest, _coordinator_pb2.AcquireLockResponse]
-    """A leased table lock with a fencing token, for writers that bring their own commit logic."""
+    """A leased table lock with a fencing token, for writers that bring their own commit logic.
+    A held lock is waited for up to wait_ms, but the server may answer ABORTED earlier (see
+    AcquireLockRequest.wait_ms): callers retry with the rest of their wait.
+    """
     RenewLock: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.RenewLockRequest, _coordinator_pb2.RenewLockResponse]
     ReleaseLock: _grpc.UnaryUnaryMultiCallable[_coordinator_pb2.ReleaseLockRequest, _coordinator_pb2.ReleaseLockResponse]
 
@@ -79,7 +82,10 @@ class CoordinatorServiceAsyncStub(CoordinatorServiceStub):
     """Rolls back a pending instant: deletes its files and writes a rollback instant."""
     GetTimeline: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.GetTimelineRequest, _coordinator_pb2.GetTimelineResponse]  # type: ignore[assignment]
     AcquireLock: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.AcquireLockRequest, _coordinator_pb2.AcquireLockResponse]  # type: ignore[assignment]
-    """A leased table lock with a fencing token, for writers that bring their own commit logic."""
+    """A leased table lock with a fencing token, for writers that bring their own commit logic.
+    A held lock is waited for up to wait_ms, but the server may answer ABORTED earlier (see
+    AcquireLockRequest.wait_ms): callers retry with the rest of their wait.
+    """
     RenewLock: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.RenewLockRequest, _coordinator_pb2.RenewLockResponse]  # type: ignore[assignment]
     ReleaseLock: _aio.UnaryUnaryMultiCallable[_coordinator_pb2.ReleaseLockRequest, _coordinator_pb2.ReleaseLockResponse]  # type: ignore[assignment]
 
@@ -153,7 +159,10 @@ class CoordinatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _coordinator_pb2.AcquireLockRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_coordinator_pb2.AcquireLockResponse, _abc.Awaitable[_coordinator_pb2.AcquireLockResponse]]:
-        """A leased table lock with a fencing token, for writers that bring their own commit logic."""
+        """A leased table lock with a fencing token, for writers that bring their own commit logic.
+        A held lock is waited for up to wait_ms, but the server may answer ABORTED earlier (see
+        AcquireLockRequest.wait_ms): callers retry with the rest of their wait.
+        """
 
     @_abc_1.abstractmethod
     def RenewLock(
