@@ -122,7 +122,13 @@ def test_decode_transaction_end_and_silent_records(
 def test_decode_table_without_primary_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # INSERT INTO events_nopk VALUES ('x', 1)
     r = record(lambda r: r["topic"] == "dbserver1.public.events_nopk" and payload(r).get("op") == "c")
-    assert main(["cdc", "decode", *write(tmp_path, r)]) == 0
+    assert main(["cdc", "decode", *write(tmp_path, r)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("inlet: error: table dbserver1.public.events_nopk has no primary key")
+        and err.count("\n") == 1
+    )
+    assert main(["cdc", "decode", *write(tmp_path, r), "--keyless", "whole_row"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["key"] == {} and doc["after"] == {"ev": "x", "n": 1}
 

@@ -142,7 +142,7 @@ def find(
 
 @pytest.fixture(scope="module")
 def with_schemas() -> list[tuple[dict[str, Any], Outcome]]:
-    return decode_file(Decoder(), "real_schemas_true.jsonl")
+    return decode_file(Decoder(keyless="whole_row"), "real_schemas_true.jsonl")
 
 
 def check_capture(results: list[tuple[dict[str, Any], Outcome]]) -> list[pb.ChangeEvent]:
@@ -294,6 +294,13 @@ def test_json_with_schemas_decodes_what_capture_script_inserted(with_schemas: An
     check_capture(with_schemas)
 
 
+def test_table_without_primary_key_is_rejected_by_default() -> None:
+    results = decode_file(Decoder(), "real_schemas_true.jsonl")
+    errors = [(rec["topic"], res.reason) for rec, res in results if isinstance(res, DecodeError)]
+    assert [t for t, _ in errors] == ["dbserver1.public.events_nopk"] * 3  # insert, update, delete
+    assert all(r.startswith("table dbserver1.public.events_nopk has no primary key") for _, r in errors)
+
+
 def test_schema_fingerprint_is_stable_within_a_table(with_schemas: Any) -> None:
     evs = changes(with_schemas)
     cust = {e.schema_version for e in evs if e.table_id.endswith("customers")}
@@ -314,7 +321,7 @@ def capture_db(pg_url: str) -> str:
 def test_schemaless_json_with_the_source_catalog(capture_db: str, with_schemas: Any) -> None:
     catalog = PostgresCatalog(capture_db)
     try:
-        results = decode_file(Decoder(catalog=catalog), "real_schemas_false.jsonl")
+        results = decode_file(Decoder(catalog=catalog, keyless="whole_row"), "real_schemas_false.jsonl")
     finally:
         catalog.close()
     evs = check_capture(results)

@@ -490,6 +490,14 @@ def test_composite_key_renders_like_hudi_complex_key_generator() -> None:
     assert render_change(ev)["key"] == {"region": "", "day": "2024-03-01", "id": 7}
 
 
+def test_table_without_primary_key_is_rejected_by_default() -> None:
+    _, value = envelope([], {"id": 1})
+    with pytest.raises(
+        DecodeError, match=re.escape("table srv.public.t has no primary key (Debezium sent a null key)")
+    ):
+        Decoder().decode("srv.public.t", 0, 0, None, value)
+
+
 def test_table_without_primary_key_is_keyed_by_the_whole_row() -> None:
     fields = [
         {"type": "string", "optional": True, "field": "s"},
@@ -497,24 +505,24 @@ def test_table_without_primary_key_is_keyed_by_the_whole_row() -> None:
         {"type": "string", "optional": True, "field": "big"},
     ]
     _, value = envelope(fields, {"id": 1, "s": "", "a": [1, None], "big": "long text"})
-    (rec,) = Decoder().decode("srv.public.t", 0, 0, None, value)
+    (rec,) = Decoder(keyless="whole_row").decode("srv.public.t", 0, 0, None, value)
     assert rec.change.record_key == 'id:1,s:__empty__,a:["1",null],big:long text'
     # a delete without a before image cannot be keyed
     doc = orjson.loads(value)
     doc["payload"].update(op="d", before=None, after=None)
     with pytest.raises(DecodeError, match=re.escape("table srv.public.t has no primary key and the delete")):
-        Decoder().decode("srv.public.t", 0, 0, None, orjson.dumps(doc))
+        Decoder(keyless="whole_row").decode("srv.public.t", 0, 0, None, orjson.dumps(doc))
     # an update whose after image has an unchanged TOASTed value takes it from before
     doc["payload"].update(
         op="u",
         before={"id": 1, "s": "", "a": None, "big": "long text"},
         after={"id": 1, "s": "z", "a": None, "big": PLACEHOLDER},
     )
-    (rec,) = Decoder().decode("srv.public.t", 0, 0, None, orjson.dumps(doc))
+    (rec,) = Decoder(keyless="whole_row").decode("srv.public.t", 0, 0, None, orjson.dumps(doc))
     assert rec.change.record_key == "id:1,s:z,a:__null__,big:long text"
     doc["payload"]["before"] = None
     with pytest.raises(DecodeError, match="column 'big' is an unchanged TOASTed value: no record key"):
-        Decoder().decode("srv.public.t", 0, 0, None, orjson.dumps(doc))
+        Decoder(keyless="whole_row").decode("srv.public.t", 0, 0, None, orjson.dumps(doc))
 
 
 def test_null_single_key_is_refused() -> None:

@@ -6,7 +6,7 @@ one JSON object (what ``inlet cdc decode`` prints).
 """
 
 from inlet.services.cdc_consumer.catalog import CatalogColumn, PostgresCatalog
-from inlet.services.cdc_consumer.decode import Decoder, ValueFormat, row_record_key
+from inlet.services.cdc_consumer.decode import Decoder, KeylessMode, ValueFormat, row_record_key
 from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.cdc_consumer.render import render_change, render_transaction
 
@@ -14,6 +14,7 @@ __all__ = [
     "CatalogColumn",
     "DecodeError",
     "Decoder",
+    "KeylessMode",
     "PostgresCatalog",
     "ValueFormat",
     "render_change",

@@ -24,7 +24,9 @@ schema or the catalog). ``headers`` are accepted for the consumer's convenience 
 Everything else raises :class:`DecodeError` with a one-line reason.
 
 A table without a primary key (Debezium sends a null Kafka key; such a table needs REPLICA IDENTITY
-FULL for PostgreSQL to publish its updates and deletes) is keyed by the whole row: ``record_key``
+FULL for PostgreSQL to publish its updates and deletes) has no natural Hudi record key. By default
+(``keyless="reject"``) its changes raise ``DecodeError("table ... has no primary key ...")`` and go
+to the dead letters. With ``keyless="whole_row"`` they are keyed by the whole row: ``record_key``
 is Hudi's complex key over every column (:func:`row_record_key`) of ``after`` (c/r/u) or ``before``
 (d), ``key`` is empty and no column has a ``key_position``. Identical rows share a key (Hudi keeps
 one), and an UPDATE moves the row to a new key: the old one is ``row_record_key(schema, before)``.
@@ -52,9 +54,10 @@ from inlet.services.cdc_consumer.catalog import Catalog, connect_field
 from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.cdc_consumer.types import Converter, UnsupportedType, column_plan, fingerprint, key_text
 
-__all__ = ["DecodeError", "Decoder", "ValueFormat"]
+__all__ = ["DecodeError", "Decoder", "KeylessMode", "ValueFormat", "row_record_key"]
 
 ValueFormat = Literal["json", "avro", "auto"]
+KeylessMode = Literal["reject", "whole_row"]
 
 HEARTBEAT_PREFIX = "__debezium-heartbeat."
 
@@ -93,6 +96,9 @@ class Decoder:
     ``schema_registry``: a ``confluent_kafka.schema_registry.SchemaRegistryClient`` for Avro.
     ``catalog``: column types for JSON without schemas (:class:`~.catalog.PostgresCatalog`);
     None refuses such records.
+    ``keyless``: what to do with changes of a table without a primary key: ``"reject"`` (default)
+    raises ``DecodeError("table ... has no primary key ...")`` (dead letters); ``"whole_row"`` keys
+    them by every column (see the module docstring).
     """
 
     def __init__(
@@ -101,9 +107,14 @@ class Decoder:
         value_format: ValueFormat = "auto",
         schema_registry: Any = None,
         catalog: Catalog | None = None,
+        *,
+        keyless: KeylessMode = "reject",
     ) -> None:
         if value_format not in ("json", "avro", "auto"):
             raise ValueError(f"value_format must be json, avro or auto, not {value_format!r}")
+        if keyless not in ("reject", "whole_row"):
+            raise ValueError(f"keyless must be reject or whole_row, not {keyless!r}")
+        self.keyless = keyless
         self.topic_prefix = topic_prefix
         self.value_format = value_format
         self.catalog = catalog
@@ -506,7 +517,13 @@ class Decoder:
             _row(plan, after, "after", ev.after.values.add)
         elif op != pb.OPERATION_DELETE:
             raise DecodeError(f"op {payload['op']!r} without 'after'")
-        if key_payload is None:  # no primary key: the record key is the whole row
+        if key_payload is None:  # no primary key
+            if self.keyless == "reject":
+                raise DecodeError(
+                    f"table {table_id} has no primary key (Debezium sent a null key); Hudi needs a record "
+                    "key: add a primary key, set Debezium's message.key.columns for it, or decode with "
+                    "keyless='whole_row'"
+                )
             image = ev.before if op == pb.OPERATION_DELETE else ev.after
             if not image.values:
                 raise DecodeError(

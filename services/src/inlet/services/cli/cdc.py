@@ -20,6 +20,7 @@ from inlet.services.cli.errors import CliError, InputFileError
 from inlet.services.cli.options import choice, choices_metavar, env, with_env
 
 FORMATS = ("auto", "json", "avro")
+KEYLESS = ("reject", "whole_row")
 
 DECODE_DESCRIPTION = """\
 Decode one Debezium PostgreSQL Kafka record, as the CDC consumer would, and print one JSON line
@@ -105,6 +106,13 @@ def add_decode_command(sub: Any) -> argparse.ArgumentParser:
             "INLET_CDC_DATABASE_URL",
         ),
     )
+    p.add_argument(
+        "--keyless",
+        type=choice(KEYLESS),
+        metavar=choices_metavar(KEYLESS),
+        default="reject",
+        help="a table without a primary key: reject its changes (default), or key them by the whole row",
+    )
     p.set_defaults(handler=cmd_cdc_decode)
     return p
 
@@ -139,6 +147,7 @@ def cmd_cdc_decode(args: argparse.Namespace) -> int:
             value_format=args.format,
             schema_registry=registry,
             catalog=catalog,
+            keyless=args.keyless,
         )
         records = decoder.decode(args.topic or "", 0, 0, key, value)
     except DecodeError as e:
