@@ -19,6 +19,7 @@ import pyarrow as pa
 from inlet.core import InletError
 from inlet.services import logs
 from inlet.services.cli import commands
+from inlet.services.cli.catalog import add_catalog_commands
 from inlet.services.cli.cdc import add_cdc_commands
 from inlet.services.cli.coordinator import add_coordinator_commands
 from inlet.services.cli.dlq import add_dlq_commands
@@ -544,6 +545,7 @@ def build_parser() -> ArgumentParser:
     _add_rollback(subparsers)
     _add_compaction(subparsers)
     add_coordinator_commands(subparsers)
+    add_catalog_commands(subparsers)
     add_dlq_commands(subparsers)
     add_cdc_commands(subparsers)
     add_writer_commands(subparsers)

@@ -1,0 +1,274 @@
+"""``inlet catalog sync|run`` and ``inlet metastore serve``: Hive Metastore catalog sync.
+
+``inlet catalog sync PATH --metastore thrift://HOST:PORT`` registers one table once, as Apache Hudi's
+HiveSyncTool does, and prints what it changed as one JSON object. ``inlet catalog run`` is the service that
+keeps the metastore in step with the coordinator's commit events on ``inlet.commits``.
+``inlet metastore serve --dir DIR`` runs the embedded Hive Metastore (Hive 2.3 from PySpark's jars, Derby
+under DIR) on a loopback address until SIGTERM/SIGINT.
+
+Every option also comes from an ``INLET_CATALOG_*`` (``INLET_METASTORE_*``) variable named in ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Any
+
+from inlet.services.cli.errors import CliError, UsageError
+from inlet.services.runtime import (
+    Setting,
+    SettingsError,
+    StopSignal,
+    add_arguments,
+    announce,
+    resolve,
+    serve_http,
+    split_listen,
+)
+
+_log = logging.getLogger("inlet.catalog")
+
+CATALOG_ENV = "INLET_CATALOG_"
+METASTORE_ENV = "INLET_METASTORE_"
+
+SYNC_SETTINGS = (
+    Setting("metastore", "--metastore", "metastore URI, thrift://HOST:PORT", metavar="URI", required=True),
+    Setting(
+        "database",
+        "--database",
+        "metastore database (default: the table's hoodie.database.name, else default)",
+    ),
+    Setting(
+        "table", "--table", "metastore table name (default: the table's hoodie.table.name)", metavar="NAME"
+    ),
+    Setting(
+        "option",
+        "--option",
+        "Hudi sync option KEY=VALUE (hoodie.datasource.hive_sync.*, hoodie.meta.sync.*); repeatable",
+        kind="list",
+        metavar="KEY=VALUE",
+        env_name="OPTIONS",
+    ),
+    Setting("timeout", "--timeout", "seconds to wait for one metastore call", kind="float", default=60.0),
+)
+
+RUN_SETTINGS = (
+    Setting("bootstrap", "--bootstrap", "Kafka bootstrap servers", metavar="HOST:PORT", required=True),
+    Setting("metastore", "--metastore", "metastore URI, thrift://HOST:PORT", metavar="URI", required=True),
+    Setting("topic", "--topic", "commit event topic", default="inlet.commits"),
+    Setting("group", "--group", "Kafka consumer group", default="inlet-catalog-sync"),
+    Setting(
+        "database",
+        "--database",
+        "metastore database for every table (default: the table id's prefix before its last '.', else default)",
+    ),
+    Setting(
+        "option",
+        "--option",
+        "Hudi sync option KEY=VALUE for every table; repeatable",
+        kind="list",
+        metavar="KEY=VALUE",
+        env_name="OPTIONS",
+    ),
+    Setting(
+        "coalesce",
+        "--coalesce",
+        "seconds to gather a table's commits before one sync",
+        kind="float",
+        default=2.0,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "retry_max", "--retry-max", "longest wait between metastore retries (s)", kind="float", default=30.0
+    ),
+    Setting("timeout", "--timeout", "seconds to wait for one metastore call", kind="float", default=60.0),
+    Setting(
+        "metrics_listen",
+        "--metrics-listen",
+        "HOST:PORT of /metrics and /healthz (empty: off)",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+    ),
+    Setting(
+        "kafka",
+        "--kafka-option",
+        "librdkafka consumer setting KEY=VALUE; repeatable",
+        kind="list",
+        metavar="KEY=VALUE",
+        env_name="KAFKA_OPTIONS",
+    ),
+)
+
+SERVE_SETTINGS = (
+    Setting(
+        "dir", "--dir", "directory of the Derby database, warehouse and logs", required=True, metavar="DIR"
+    ),
+    Setting(
+        "listen", "--listen", "loopback HOST:PORT to serve on", default="127.0.0.1:9083", metavar="HOST:PORT"
+    ),
+)
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def _pairs(items: tuple[str, ...] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{what} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _resolve(args: argparse.Namespace, settings: tuple[Setting, ...], prefix: str) -> dict[str, Any]:
+    try:
+        return resolve(args, settings, prefix)
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
+
+
+def add_catalog_commands(subparsers: Any) -> None:
+    """Add ``catalog sync``, ``catalog run`` and ``metastore serve`` to the ``inlet`` command."""
+    p = subparsers.add_parser(
+        "catalog",
+        help="register tables in a Hive Metastore (as Hudi's HiveSyncTool does)",
+        description="Hive Metastore catalog sync.",
+        formatter_class=_formatter,
+    )
+    sub = p.add_subparsers(dest="catalog_command", metavar="COMMAND", required=True)
+    sync_p = sub.add_parser(
+        "sync",
+        help="sync one table once; prints what changed as JSON",
+        description=(
+            "Register the Hudi table at PATH in a Hive Metastore as Apache Hudi's HiveSyncTool (HMS mode) does:\n"
+            "Copy-on-Write -> <table>; Merge-on-Read -> <table>_ro, <table>_rt and <table>; partitions added,\n"
+            "re-pointed and dropped incrementally from last_commit_time_sync; new columns with CASCADE."
+        ),
+        epilog=(
+            "example:\n  inlet catalog sync /lake/trips --metastore thrift://127.0.0.1:9083 --database sales \\\n"
+            "      --option hoodie.datasource.hive_sync.support_timestamp=true"
+        ),
+        formatter_class=_formatter,
+    )
+    sync_p.add_argument("path", metavar="PATH", help="table base path")
+    add_arguments(sync_p, SYNC_SETTINGS, CATALOG_ENV)
+    sync_p.set_defaults(handler=cmd_sync)
+
+    run_p = sub.add_parser(
+        "run",
+        help="the catalog sync service: follow inlet.commits until SIGTERM/SIGINT",
+        description=(
+            "Consume the coordinator's CommitEvents and sync every changed table (one sync per table per\n"
+            "--coalesce seconds at most). Retries through a metastore outage; offsets are committed only after\n"
+            "the tables they announce are synced. Prints one JSON line when serving."
+        ),
+        formatter_class=_formatter,
+    )
+    add_arguments(run_p, RUN_SETTINGS, CATALOG_ENV)
+    run_p.set_defaults(handler=cmd_run)
+
+    m = subparsers.add_parser(
+        "metastore",
+        help="run the embedded Hive Metastore (development)",
+        description="The embedded Hive Metastore.",
+        formatter_class=_formatter,
+    )
+    msub = m.add_subparsers(dest="metastore_command", metavar="COMMAND", required=True)
+    serve_p = msub.add_parser(
+        "serve",
+        help="serve Hive Metastore 2.3 (Derby under --dir) on a loopback address until SIGTERM/SIGINT",
+        description=(
+            "Hive Metastore 2.3 from PySpark's jars, Derby database and warehouse under --dir, Thrift API on a\n"
+            "loopback address only. Prints one JSON line when serving."
+        ),
+        formatter_class=_formatter,
+    )
+    add_arguments(serve_p, SERVE_SETTINGS, METASTORE_ENV)
+    serve_p.set_defaults(handler=cmd_serve)
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from inlet.core import InletError
+    from inlet.services.catalog_sync import CatalogSyncError, MetastoreClient, sync_table
+
+    s = _resolve(args, SYNC_SETTINGS, CATALOG_ENV)
+    options = _pairs(s["option"], "--option")
+    try:
+        with MetastoreClient(s["metastore"], s["timeout"]) as client:
+            report = sync_table(args.path, client, database=s["database"], table=s["table"], options=options)
+    except (CatalogSyncError, InletError) as e:
+        raise CliError(str(e)) from None
+    print(json.dumps(report.to_dict()), flush=True)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from inlet.services.catalog_sync.service import CatalogSyncService, ServiceConfig
+
+    s = _resolve(args, RUN_SETTINGS, CATALOG_ENV)
+    config = ServiceConfig(
+        bootstrap=s["bootstrap"],
+        metastore=s["metastore"],
+        topic=s["topic"],
+        group=s["group"],
+        database=s["database"],
+        options=_pairs(s["option"], "--option"),
+        coalesce_s=s["coalesce"],
+        retry_max_s=s["retry_max"],
+        metastore_timeout_s=s["timeout"],
+        kafka=dict(_pairs(s["kafka"], "--kafka-option")),
+    )
+    service = CatalogSyncService(config)
+    endpoint = (
+        serve_http(s["metrics_listen"], service.metrics.registry, service.health)
+        if s["metrics_listen"]
+        else None
+    )
+    try:
+        with StopSignal() as stop:
+            announce(
+                service="catalog-sync",
+                topic=config.topic,
+                metastore=config.metastore,
+                metrics=endpoint.address if endpoint else None,
+            )
+            return service.run(stop.event)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from inlet.services.stack.metastore import EmbeddedMetastore
+    from inlet.services.stack.processes import StackError
+
+    s = _resolve(args, SERVE_SETTINGS, METASTORE_ENV)
+    try:
+        host, port = split_listen(s["listen"])
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise UsageError(
+            f"--listen {s['listen']}: the embedded metastore has no authentication; serve on loopback"
+        )
+    hms = EmbeddedMetastore(s["dir"], port=port, host="127.0.0.1" if host == "localhost" else host)
+    with StopSignal() as stop:
+        try:
+            hms.start()
+        except StackError as e:
+            raise CliError(str(e)) from None
+        try:
+            announce(
+                service="metastore", address=hms.address, uri=hms.uri, dir=str(hms.data_dir), pid=hms.pid
+            )
+            while not stop.wait(0.5):
+                if not hms.is_running:
+                    raise CliError(f"the metastore exited; see {hms.log_path}")
+        finally:
+            hms.stop()
+    return 0
