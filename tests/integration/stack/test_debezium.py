@@ -190,7 +190,7 @@ def test_connector_and_task_run_and_status_is_connects(shared: EmbeddedDebezium)
     assert status["connector"]["version"] == "3.6.3.Final"
     assert shared.rest_url.startswith("http://127.0.0.1:")
     assert shared.is_running and shared.pid is not None
-    config = shared._get(f"/connectors/{shared.name}/config")
+    config = shared.rest_get(f"/connectors/{shared.name}/config")
     assert config["plugin.name"] == "pgoutput" and config["table.include.list"] == ",".join(TABLES)
 
 
@@ -342,6 +342,21 @@ def test_transaction_metadata_brackets_a_multi_table_transaction(
     assert decimal(data[2].payload["after"]["amount"], 3) == Decimal("0.001")
     # markers come in order on the transaction topic (one partition): BEGIN before END
     assert begin.offset < end.offset and begin.partition == end.partition
+
+
+def test_restart_keeps_a_temporary_data_dir_and_resumes(shared: EmbeddedDebezium, capture_db: str) -> None:
+    customers = shared.topic("customers")
+    data_dir, pid = shared.data_dir, shared.pid
+    shared.restart()
+    assert shared.data_dir == data_dir and data_dir.is_dir()
+    assert shared.pid is not None and shared.pid != pid
+    assert shared.status()["tasks"][0]["state"] == "RUNNING"
+    execute(capture_db, "INSERT INTO public.customers (id, name) VALUES (200, 'after-restart')")
+    records = read_topics(
+        shared.kafka_bootstrap, [customers], lambda rs: any(r.key["payload"] == {"id": 200} for r in rs)
+    )
+    assert ops(records, customers).count("r") == 2  # the snapshot was not taken again
+    assert [r.key["payload"]["id"] for r in records].count(200) == 1
 
 
 # -- payload-only JSON, stop and resume ---------------------------------------------------------------

@@ -429,7 +429,7 @@ class EmbeddedDebezium:
 
     def status(self) -> dict[str, Any]:
         """``GET /connectors/NAME/status``: ``{"name", "connector": {"state", ...}, "tasks": [...], "type"}``."""
-        status: dict[str, Any] = self._get(f"/connectors/{self.name}/status")
+        status: dict[str, Any] = self.rest_get(f"/connectors/{self.name}/status")
         return status
 
     def drop_slot(self) -> None:
@@ -469,7 +469,8 @@ class EmbeddedDebezium:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _get(self, path: str, timeout_s: float = 5.0) -> Any:
+    def rest_get(self, path: str, timeout_s: float = 5.0) -> Any:
+        """``GET`` ``path`` (e.g. ``/connectors/NAME/config``) on the worker's REST API, parsed JSON."""
         try:
             with urllib.request.urlopen(self.rest_url + path, timeout=timeout_s) as response:
                 return json.loads(response.read())
