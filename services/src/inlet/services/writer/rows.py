@@ -37,7 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,15 +214,29 @@ def batch_schema(changes: Sequence[Change]) -> tuple[list[pa.Field], list[str]]:
             if col.name not in types:
                 order.append(col.name)
             types[col.name] = arrow_type(col)
-    keys = key_columns(changes[-1].event.schema) if changes else []
+    with_schema = [ch for ch in changes if ch.event.schema.columns]
+    keys = key_columns(with_schema[-1].event.schema) if with_schema else []
     return [pa.field(n, types[n], True) for n in order], keys
 
 
-def to_arrow(changes: Sequence[Change], key_fields: Sequence[str] | None = None) -> pa.Table:
-    """The upsert input for ``changes`` (CREATE/UPDATE/DELETE/READ; arrival order per key)."""
+def to_arrow(
+    changes: Sequence[Change],
+    key_fields: Sequence[str] | None = None,
+    table_schema: pa.Schema | None = None,
+    existing_keys: Callable[[], list[dict[str, Any]]] | None = None,
+) -> pa.Table:
+    """The upsert input for ``changes`` (arrival order per key).
+
+    A TRUNCATE becomes deletes, at its LSN, of every key in the table (``existing_keys()``) and of
+    every key written earlier in the batch; changes after it (larger LSNs) win over those deletes.
+    """
     fields, schema_keys = batch_schema(changes)
     keys = list(key_fields) if key_fields is not None else schema_keys
     types = {f.name: f.type for f in fields}
+    for k in keys:  # a batch of only TRUNCATEs carries no schema: key types from the table
+        if k not in types and table_schema is not None and k in table_schema.names:
+            types[k] = table_schema.field(k).type
+            fields.append(pa.field(k, types[k], True))
     synthetic = not keys or keys == [SYNTHETIC_KEY_COL]
     rows: list[dict[str, Any]] = []
     latest: dict[str, dict[str, Any]] = {}  # record key -> last full image in this batch
@@ -245,7 +259,20 @@ def to_arrow(changes: Sequence[Change], key_fields: Sequence[str] | None = None)
 
     for ch in changes:
         ev = ch.event
-        if ev.op == pb.OPERATION_TRUNCATE or ev.op not in OPS:
+        if ev.op == pb.OPERATION_TRUNCATE:
+            truncated: dict[str, dict[str, Any]] = {}
+            key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
+            for image in [*(existing_keys() if existing_keys else []), *rows]:
+                if image.get(DELETED_COL):
+                    continue
+                key_image = {n: image.get(n) for n in key_names}
+                truncated["\x00".join(repr(v) for v in key_image.values())] = key_image
+            for key_image in truncated.values():
+                key_image.update(meta(ev, "d", True))
+                rows.append(key_image)
+            latest.clear()
+            continue
+        if ev.op not in OPS:
             raise RowError(f"{ev.table_id}: operation {pb.Operation.Name(ev.op)} is not handled here")
         before = _row_dict(ev.before, ev.schema, types) if ev.HasField("before") else None
         if ev.op == pb.OPERATION_DELETE:

@@ -388,6 +388,10 @@ class Writer:
             new_positions[e.partition] = e.offset + 1
             start = ranges[e.partition][0] if e.partition in ranges else e.offset
             ranges[e.partition] = (start, e.offset + 1)
+        if changes and all(c.event.op == pb.OPERATION_TRUNCATE for c in changes):
+            self._load_path(st)
+            if st.path is None:  # nothing to truncate in a table that does not exist yet
+                changes = []
         if not changes:
             st.positions = new_positions
             st.buffer.drop_prefix(cut.count)
@@ -400,14 +404,24 @@ class Writer:
         }
         truncates = [c for c in changes if c.event.op == pb.OPERATION_TRUNCATE]
         try:
-            self._ensure_table(st, changes[0].event)
+            self._ensure_table(
+                st, next((c.event for c in changes if c.event.schema.columns), changes[0].event)
+            )
             assert st.path is not None and st.protocol is not None
             table = HudiTable.open(st.path, commit_protocol=st.protocol)
-            if truncates:
-                raise RowError(
-                    f"{st.table_id}: TRUNCATE is not supported yet (at LSN {truncates[0].event.source.lsn})"
-                )
-            arrow = to_arrow(changes, key_fields=table.record_key_fields)
+            keys = list(table.record_key_fields)
+
+            def existing_keys() -> list[dict[str, Any]]:
+                if table.schema() is None:
+                    return []
+                return table.read(columns=keys, meta_columns=False).to_pylist()  # type: ignore[no-any-return]
+
+            arrow = to_arrow(
+                changes,
+                key_fields=keys,
+                table_schema=table.schema() if truncates else None,
+                existing_keys=existing_keys,
+            )
             faults.crash_point(BEFORE_WRITE)
             result = self._write(st, table, arrow, extra)
             faults.crash_point(AFTER_COMMIT)
