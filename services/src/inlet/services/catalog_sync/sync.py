@@ -211,8 +211,11 @@ class TableState:
         latest_write: dict[str, str] = {}
         for inst in instants:
             if inst.time >= earliest:
-                for p in self.timeline.commit_metadata(inst).partition_to_write_stats:
-                    latest_write[p] = inst.time
+                # a partition with an empty stats list was not written (Inlet's delete_partition commits
+                # list the dropped partitions so; Hudi's leave them out)
+                for p, stats in self.timeline.commit_metadata(inst).partition_to_write_stats.items():
+                    if stats:
+                        latest_write[p] = inst.time
         return {p for p, t in latest_delete.items() if p and (p not in latest_write or t > latest_write[p])}
 
     def all_partitions(self) -> list[str]:
