@@ -270,7 +270,7 @@ def test_mor_tables_and_compaction(tmp_path: Path, hms: RecordingClient, databas
     r = sync(base, hms, database)
     assert all(not x["partitions_added"] and not x["partitions_dropped"] for x in r["tables"])
     instant, _ = last_commit(t)
-    assert [i for i in t.instants() if i.time == instant][0].action == "commit"
+    assert next(i for i in t.instants() if i.time == instant).action == "commit"
     for name, fmt, ro in (
         ("events_ro", INPUT, True),
         ("events_rt", RT_INPUT, False),
@@ -435,7 +435,8 @@ def test_nested_and_logical_types(
     opts = {"hoodie.datasource.hive_sync.support_timestamp": "true"} if support_timestamp else {}
     sync(base, hms, database, **opts)
     tbl = hms.call("get_table", database, "kinds")
-    assert columns(tbl.sd.cols) == META + [
+    assert columns(tbl.sd.cols) == [
+        *META,
         ("id", "bigint"),
         ("ts", "bigint"),
         ("qty", "int"),
