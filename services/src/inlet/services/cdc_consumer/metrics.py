@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import bisect
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 DECODE_BUCKETS = (
     0.00001,
@@ -19,6 +24,40 @@ DECODE_BUCKETS = (
     0.25,
     1.0,
 )
+
+
+class FastHistogram(Collector):
+    """A label-less Prometheus histogram cheap enough to observe once per record (~0.2 us).
+
+    prometheus_client's ``Histogram.observe`` takes a lock and walks the buckets; this one is called
+    from the service's single loop thread only and bisects; the HTTP thread reads a snapshot.
+    """
+
+    def __init__(
+        self, name: str, documentation: str, buckets: tuple[float, ...], registry: CollectorRegistry
+    ):
+        self.name = name
+        self.documentation = documentation
+        self.bounds = list(buckets)
+        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        registry.register(self)
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        counts, total = list(self.counts), self.sum
+        cumulative, buckets = 0, []
+        for bound, n in zip([*map(str, self.bounds), "+Inf"], counts, strict=True):
+            cumulative += n
+            buckets.append((bound, cumulative))
+        yield HistogramMetricFamily(self.name, self.documentation, buckets=buckets, sum_value=total)
 
 
 class CdcMetrics:
@@ -45,11 +84,8 @@ class CdcMetrics:
             ["error_class"],
             registry=r,
         )
-        self.decode_seconds = Histogram(
-            "inlet_cdc_decode_seconds",
-            "time to decode one Debezium record",
-            buckets=DECODE_BUCKETS,
-            registry=r,
+        self.decode_seconds = FastHistogram(
+            "inlet_cdc_decode_seconds", "time to decode one Debezium record", DECODE_BUCKETS, r
         )
         self.consumer_lag = Gauge(
             "inlet_cdc_consumer_lag",

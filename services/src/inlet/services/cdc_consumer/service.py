@@ -137,6 +137,7 @@ class CdcConsumerService:
         self._paused_generation = -1
         self._paused = False
         self._topic_partitions: dict[str, int] = {}
+        self._targets: dict[str, str] = {}  # table id -> output topic ("" = not a valid topic name)
         self._last_poll = 0.0
         self._fatal: str | None = None
         self._error_log_at: dict[str, float] = {}
@@ -272,18 +273,23 @@ class CdcConsumerService:
         self._backpressure()
 
     def _process(self, msgs: list[Message]) -> None:
+        """Decode and produce one polled batch (the hot path: kept free of per-record lookups)."""
         producer = self._producer
         assert producer is not None
         batch = _Batch()
+        ack = batch.ack
         positions = batch.positions
         decode = self.decoder.decode
         observe = self.metrics.decode_seconds.observe
         perf = time.perf_counter
+        produce = producer.produce
+        targets = self._targets
         in_counts: dict[str, int] = {}
         change_counts: dict[str, int] = {}
         tx_counts: dict[str, int] = {}
         max_source_ts = 0
         own_prefix, dlq_topic = self._own_prefix, self.config.dlq_topic
+        truncate = pb.OPERATION_TRUNCATE
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -317,43 +323,46 @@ class CdcConsumerService:
                 (H_SOURCE_OFFSET, str(offset).encode()),
             ]
             for rec in records:
-                kind = rec.WhichOneof("record")
-                if kind == "change":
+                if rec.HasField("change"):
                     change = rec.change
                     table = change.table_id
-                    out_topic = own_prefix + table
-                    if not valid_topic_name(out_topic):
-                        self._dead_letter(
-                            batch,
-                            m,
-                            f"table id {table!r} makes no valid Kafka topic name",
-                            "InvalidTopicName",
-                        )
+                    out_topic = targets.get(table)
+                    if out_topic is None:
+                        out_topic = self._target(table)
+                    if not out_topic:
+                        self._bad_table(batch, m, table)
                         break
-                    headers: Headers = [(H_KIND, KIND_CHANGE), *src]
-                    if change.schema_version:  # a truncate has no row schema
-                        headers.append((H_SCHEMA_VERSION, change.schema_version.encode()))
+                    version = change.schema_version
+                    headers: Headers = (
+                        [(H_KIND, KIND_CHANGE), *src, (H_SCHEMA_VERSION, version.encode())]
+                        if version  # a truncate has no row schema
+                        else [(H_KIND, KIND_CHANGE), *src]
+                    )
                     value = rec.SerializeToString()
-                    if change.op == pb.OPERATION_TRUNCATE:
+                    if change.op == truncate:  # every partition's writer must see it, in order
                         for p in range(self._output_partitions(out_topic)):
                             self._produce(batch, out_topic, value, b"", headers, p)
                     else:
-                        self._produce(batch, out_topic, value, change.record_key.encode(), headers, None)
+                        batch.pending += 1
+                        try:
+                            produce(
+                                out_topic, value, change.record_key.encode(), headers=headers, on_delivery=ack
+                            )
+                        except BufferError:
+                            batch.pending -= 1
+                            self._produce(batch, out_topic, value, change.record_key.encode(), headers, None)
                     change_counts[table] = change_counts.get(table, 0) + 1
                     ts = change.source.source_ts_ms
                     if ts > max_source_ts:
                         max_source_ts = ts
-                elif kind == "transaction":
+                elif rec.HasField("transaction"):
                     tx = rec.transaction
                     table = tx.table_id
-                    out_topic = own_prefix + table
-                    if not valid_topic_name(out_topic):
-                        self._dead_letter(
-                            batch,
-                            m,
-                            f"table id {table!r} makes no valid Kafka topic name",
-                            "InvalidTopicName",
-                        )
+                    out_topic = targets.get(table)
+                    if out_topic is None:
+                        out_topic = self._target(table)
+                    if not out_topic:
+                        self._bad_table(batch, m, table)
                         break
                     headers = [(H_KIND, KIND_TRANSACTION), *src]
                     value = rec.SerializeToString()
@@ -371,6 +380,16 @@ class CdcConsumerService:
             self._child(self._tx_out, self.metrics.transactions_out, table).inc(n)
         if max_source_ts:
             self.metrics.last_source_ts.set(max_source_ts / 1000.0)
+
+    def _target(self, table: str) -> str:
+        """The output topic of ``table`` ("" when the table id makes no valid topic name); cached."""
+        out_topic = self._own_prefix + table
+        target = out_topic if valid_topic_name(out_topic) else ""
+        self._targets[table] = target
+        return target
+
+    def _bad_table(self, batch: _Batch, m: Message, table: str) -> None:
+        self._dead_letter(batch, m, f"table id {table!r} makes no valid Kafka topic name", "InvalidTopicName")
 
     @staticmethod
     def _child(cache: dict[str, Any], metric: Any, label: str) -> Any:
