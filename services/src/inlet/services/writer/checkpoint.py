@@ -18,7 +18,7 @@ skipped. The consumer group's committed offsets are never used for this.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from inlet.core.instant import Action
 from inlet.core.storage import Storage
@@ -69,8 +69,12 @@ def parse_ranges(text: str) -> tuple[str, dict[int, tuple[int, int]]]:
     return parts[0], out
 
 
-def table_checkpoint(storage: Storage, topic: str, timeline: Timeline | None = None) -> dict[int, int]:
-    """{partition: next offset} of ``topic`` from the table's completed commits, newest first."""
+def table_checkpoint(
+    storage: Storage, topic: str, timeline: Timeline | None = None, partitions: Iterable[int] | None = None
+) -> dict[int, int]:
+    """{partition: next offset} of ``topic`` from the table's completed commits, newest first
+    (the scan stops once every partition in ``partitions`` is found)."""
+    wanted = set(partitions) if partitions is not None else None
     tl = timeline or _load_timeline(storage)
     found: dict[int, int] = {}
     instants = [i for i in tl.completed(_WRITE_ACTIONS)]
@@ -88,6 +92,8 @@ def table_checkpoint(storage: Storage, topic: str, timeline: Timeline | None = N
             continue
         for p, off in offsets.items():
             found.setdefault(p, off)
+        if wanted is not None and wanted <= found.keys():
+            break
     return found
 
 

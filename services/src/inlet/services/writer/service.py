@@ -164,7 +164,7 @@ class Writer:
         self._load_path(st)
         if st.path is None or not Storage(st.path).exists(".hoodie/hoodie.properties"):
             return {}
-        return ckpt.table_checkpoint(Storage(st.path), st.topic)
+        return ckpt.table_checkpoint(Storage(st.path), st.topic, partitions=st.assigned or None)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
