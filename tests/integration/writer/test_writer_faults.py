@@ -146,3 +146,30 @@ def test_rows_toast_and_deletes():
     assert [r["_hoodie_is_deleted"] for r in rows] == [False, False, False, True]
     assert [r["_change_operation_type"] for r in rows] == ["c", "u", "u", "d"]
     assert rows[0]["_event_lsn"] < rows[1]["_event_lsn"] < rows[3]["_event_lsn"]
+
+
+def test_toast_unchanged_array_comes_from_the_table(
+    start_writer, kafka_server, kafka_bootstrap, lake, prefix
+):
+    from writer_helpers import CUSTOMERS, UNCHANGED
+
+    ints = pb.Column(
+        name="scores",
+        type=pb.COLUMN_TYPE_LIST,
+        nullable=True,
+        element=pb.Column(name="element", type=pb.COLUMN_TYPE_INT32, nullable=True),
+    )
+    src = Source(prefix, cols=[*CUSTOMERS, ints])
+    kafka_server.create_topic(src.topic, partitions=1)
+    produce(kafka_bootstrap, src.topic, [src.insert(id=1, name="a", note="n", amount=1, scores=[1, 2, 3])])
+    start_writer(batch_interval_ms=200)
+    path = table_path(lake, src)
+    cols = [*COLS, "scores"]
+    wait_for(lambda: read_rows(path, cols, ["id"]) == src.expected(cols), what="insert")
+    produce(
+        kafka_bootstrap, src.topic, [src.update(id=1, name="b", note=UNCHANGED, amount=2, scores=UNCHANGED)]
+    )
+    wait_for(lambda: read_rows(path, cols, ["id"]) == src.expected(cols), what="toast update")
+    assert read_rows(path, cols, ["id"]) == [
+        {"id": 1, "name": "b", "note": "n", "amount": 2, "scores": [1, 2, 3]}
+    ]

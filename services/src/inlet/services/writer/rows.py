@@ -29,7 +29,8 @@ plus ``_hoodie_is_deleted``. Deletes are rows with ``_hoodie_is_deleted = true``
 TOAST: an ``Unchanged`` value takes the key's previous value from earlier in the same batch when there
 is one; otherwise a string/bytes column gets Debezium's placeholder ``__debezium_unavailable_value``,
 which Hudi's FILL_UNAVAILABLE partial update (and Inlet's reader and compaction) replace with the
-stored value. ``Unchanged`` in another type without an earlier value in the batch is an error.
+stored value. ``Unchanged`` in another type (e.g. an ``int[]``) without an earlier value in the batch
+is looked up in the table.
 """
 
 from __future__ import annotations
@@ -224,11 +225,14 @@ def to_arrow(
     key_fields: Sequence[str] | None = None,
     table_schema: pa.Schema | None = None,
     existing_keys: Callable[[], list[dict[str, Any]]] | None = None,
+    current_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> pa.Table:
     """The upsert input for ``changes`` (arrival order per key).
 
     A TRUNCATE becomes deletes, at its LSN, of every key in the table (``existing_keys()``) and of
     every key written earlier in the batch; changes after it (larger LSNs) win over those deletes.
+    ``current_rows(keys)`` returns the table's rows of those keys: the value of a TOAST-unchanged
+    column that is neither string nor bytes and has no earlier value in the batch comes from there.
     """
     fields, schema_keys = batch_schema(changes)
     keys = list(key_fields) if key_fields is not None else schema_keys
@@ -308,16 +312,37 @@ def to_arrow(
                 elif before is not None and before.get(name) not in (None, UNCHANGED):
                     after[name] = before[name]
                 else:
-                    filled = _placeholder(types[name])
-                    if filled is UNCHANGED:
-                        raise RowError(
-                            f"{ev.table_id}: column {name!r} ({types[name]}) is unchanged (TOAST) with "
-                            "no earlier value in the batch; only string and bytes columns take the placeholder"
-                        )
-                    after[name] = filled
-        latest[rk] = {k: v for k, v in after.items() if v != PLACEHOLDER and v != PLACEHOLDER.encode()}
+                    after[name] = _placeholder(types[name])  # UNCHANGED: looked up in the table below
+        latest[rk] = {
+            k: v
+            for k, v in after.items()
+            if v is not UNCHANGED and v != PLACEHOLDER and v != PLACEHOLDER.encode()
+        }
         after.update(meta(ev, OPS[ev.op], False))
         rows.append(after)
+
+    missing = [r for r in rows if any(v is UNCHANGED for v in r.values())]
+    if missing:
+        if current_rows is None:
+            name = next(k for k, v in missing[0].items() if v is UNCHANGED)
+            raise RowError(
+                f"column {name!r} ({types[name]}) is unchanged (TOAST) with no earlier value in the batch "
+                "and no table to look it up in"
+            )
+        key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
+        stored = {
+            "\x00".join(repr(r.get(k)) for k in key_names): r
+            for r in current_rows([{k: r.get(k) for k in key_names} for r in missing])
+        }
+        for r in missing:
+            stored_row = stored.get("\x00".join(repr(r.get(k)) for k in key_names))
+            for name, v in list(r.items()):
+                if v is UNCHANGED:
+                    if stored_row is None:
+                        log.warning(
+                            "column %s of a TOAST-unchanged row is not in the table; stored as null", name
+                        )
+                    r[name] = stored_row.get(name) if stored_row is not None else None
 
     out_fields = list(fields)
     if synthetic:

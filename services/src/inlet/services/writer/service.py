@@ -416,11 +416,20 @@ class Writer:
                     return []
                 return table.read(columns=keys, meta_columns=False).to_pylist()  # type: ignore[no-any-return]
 
+            def current_rows(images: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                if table.schema() is None:
+                    return []
+                first = keys[0]
+                values = sorted({i[first] for i in images if i.get(first) is not None}, key=repr)
+                found = table.read(filters=[(first, "in", values)], meta_columns=False)
+                return found.to_pylist()  # type: ignore[no-any-return]
+
             arrow = to_arrow(
                 changes,
                 key_fields=keys,
                 table_schema=table.schema() if truncates else None,
                 existing_keys=existing_keys,
+                current_rows=current_rows,
             )
             faults.crash_point(BEFORE_WRITE)
             result = self._write(st, table, arrow, extra)
