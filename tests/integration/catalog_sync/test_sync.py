@@ -26,7 +26,12 @@ import pytest
 from catalog_sync_helpers import RecordingClient, columns, partitions, table_params
 
 from inlet.core import HudiTable
-from inlet.services.catalog_sync import CatalogSyncError, MetastoreClient, sync_table
+from inlet.services.catalog_sync import (
+    CatalogSyncError,
+    MetastoreClient,
+    MetastoreUnavailableError,
+    sync_table,
+)
 from inlet.services.stack.metastore import EmbeddedMetastore
 
 INPUT = "org.apache.hudi.hadoop.HoodieParquetInputFormat"
@@ -602,3 +607,63 @@ def test_cli_sync_prints_changes(tmp_path: Path, metastore: EmbeddedMetastore, d
         check=False,
     )
     assert bad.returncode == 1 and bad.stderr.startswith("inlet: error:") and "only hms" in bad.stderr
+
+
+# -- a sync cut short -------------------------------------------------------------------------------
+
+
+class CrashingClient(MetastoreClient):
+    """Fails (as a lost connection would) on the n-th call of ``method``."""
+
+    def __init__(self, uri: str, method: str, nth: int) -> None:
+        super().__init__(uri)
+        self.method, self.nth, self.seen = method, nth, 0
+
+    def call(self, method: str, *args: Any) -> Any:
+        if method == self.method:
+            self.seen += 1
+            if self.seen == self.nth:
+                self.close()
+                raise MetastoreUnavailableError(f"simulated crash before {method} #{self.nth}")
+        return super().call(method, *args)
+
+
+@pytest.mark.parametrize(
+    ("method", "nth"),
+    [("add_partitions_req", 2), ("alter_table", 1), ("alter_table", 3), ("drop_partition_by_name", 1)],
+)
+def test_a_sync_cut_short_is_completed_by_the_next(
+    tmp_path: Path, metastore: EmbeddedMetastore, hms: RecordingClient, database: str, method: str, nth: int
+) -> None:
+    base = tmp_path / "cut"
+    t = HudiTable.create(
+        str(base),
+        name="cut",
+        record_key="id",
+        partition_by="city",
+        ordering_field="ts",
+        table_type="MERGE_ON_READ",
+    )
+    t.write(rows([1, 2], ["eu", "us"]), "insert")
+    sync(base, hms, database)
+    t.write(rows([3], ["asia"], ts=2, tip=[1.0]), "upsert")
+    t.write(None, "delete_partition", partitions=["us"])
+    with CrashingClient(metastore.uri, method, nth) as crashing, pytest.raises(MetastoreUnavailableError):
+        sync_table(str(base), crashing, database=database)
+    sync(base, hms, database)  # the retry
+    fresh = f"{database}_fresh"
+    sync(base, hms, fresh)
+    for name in ("cut_ro", "cut_rt", "cut"):
+        ours, full = hms.call("get_table", database, name), hms.call("get_table", fresh, name)
+        assert columns(ours.sd.cols) == columns(full.sd.cols)
+        assert table_params(ours) == table_params(full)
+        assert ours.sd.serdeInfo.parameters == full.sd.serdeInfo.parameters
+        assert (
+            partitions(hms, database, name)
+            == partitions(hms, fresh, name)
+            == {
+                ("eu",): f"file:{base}/eu",
+                ("asia",): f"file:{base}/asia",
+            }
+        )
+        check_partition_columns(hms, database, name)
