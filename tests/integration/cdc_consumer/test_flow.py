@@ -132,3 +132,56 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
     )
     assert (metric_value(metrics, "inlet_cdc_decode_seconds_count") or 0) >= len(records) - 10
     assert (metric_value(metrics, "inlet_cdc_last_source_timestamp_seconds") or 0) > 1.7e9
+
+
+def test_cli_rejects_bad_settings_naming_flag_and_variable() -> None:
+    import subprocess
+
+    from cdc_helpers import VENV_INLET
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        import os
+
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("INLET_CDC_")}
+        return subprocess.run(
+            [str(VENV_INLET), "cdc", "run", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**clean, **env},
+        )
+
+    r = run("--topic", "a")
+    assert r.returncode == 2 and "--bootstrap is required (or set INLET_CDC_BOOTSTRAP)" in r.stderr
+    r = run("--bootstrap", "127.0.0.1:1")
+    assert r.returncode == 2 and "--topic" in r.stderr and "INLET_CDC_TOPIC_PATTERN" in r.stderr
+    r = run(INLET_CDC_BOOTSTRAP="127.0.0.1:1", INLET_CDC_TOPICS="a", INLET_CDC_TOPIC_PATTERN="^b")
+    assert r.returncode == 2 and "not both" in r.stderr
+    r = run("--bootstrap", "127.0.0.1:1", "--topic-pattern", "(")
+    assert r.returncode == 2 and "invalid regular expression" in r.stderr
+    r = run("--bootstrap", "127.0.0.1:1", "--topic", "a", "--value-format", "avro")
+    assert r.returncode == 2 and "--schema-registry" in r.stderr
+    r = run("--bootstrap", "127.0.0.1:1", "--topic", "a", "--output-partitions", "0")
+    assert r.returncode == 2 and "--output-partitions must be at least 1" in r.stderr
+    r = run("--bootstrap", "127.0.0.1:1", "--topic", "a", "--consumer-option", "nokeyvalue")
+    assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+
+
+def test_stop_while_no_broker_answers_returns_promptly() -> None:
+    import threading
+    import time
+
+    from inlet.services.cdc_consumer.service import CdcConsumerService
+    from inlet.services.stack import free_port
+
+    config = make_config(f"127.0.0.1:{free_port()}", unique_prefix())  # nothing listens there
+    service = CdcConsumerService(config)
+    stop = threading.Event()
+    t = threading.Thread(target=service.run, args=(stop,), daemon=True)
+    t.start()
+    time.sleep(2.0)
+    assert t.is_alive() and not service.ready.is_set()  # waiting for a broker, not crashed
+    began = time.monotonic()
+    stop.set()
+    t.join(15)
+    assert not t.is_alive() and time.monotonic() - began < 10

@@ -69,6 +69,10 @@ KIND_TRANSACTION = b"transaction"
 Headers = list[tuple[str, str | bytes | None]]
 
 
+class _Stopped(Exception):
+    """The stop signal came while the loop waited for a broker."""
+
+
 class CdcServiceError(Exception):
     """The service cannot go on (e.g. the broker refused an output for good); nothing uncommitted is lost."""
 
@@ -147,6 +151,7 @@ class CdcConsumerService:
         self._changes_out: dict[str, Any] = {}
         self._tx_out: dict[str, Any] = {}
         self.ready = threading.Event()
+        self._stop_event = threading.Event()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -156,9 +161,10 @@ class CdcConsumerService:
 
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set, then flush, commit and leave the group."""
-        self._start()
+        self._stop_event = stop
         clean = False
         try:
+            self._start()
             commit_every = self.config.commit_interval_ms / 1000.0
             next_commit = time.monotonic() + commit_every
             next_lag = time.monotonic() + 2.0
@@ -174,6 +180,8 @@ class CdcConsumerService:
                 if self._fatal:
                     raise CdcServiceError(self._fatal)
             clean = True
+        except _Stopped:
+            clean = True  # stopped while waiting for a broker: the unfinished batch stays uncommitted
         finally:
             self._stop(clean)
 
@@ -431,6 +439,9 @@ class CdcConsumerService:
                         queued=len(producer),
                     )
                 producer.poll(0.5)
+                if self._stop_event.is_set():
+                    batch.pending -= 1
+                    raise _Stopped from None
                 self._keep_alive()
             except KafkaException as e:
                 batch.pending -= 1
@@ -523,7 +534,8 @@ class CdcConsumerService:
                     )
                     deadline = time.monotonic() + 30.0
                 self._keep_alive()
-            time.sleep(delay)
+            if self._stop_event.wait(delay):
+                raise _Stopped
             delay = min(delay * 2, 2.0)
 
     # ------------------------------------------------------------------ acknowledgements and commits
