@@ -13,9 +13,11 @@ from cdc_helpers import (
     read_all,
     recorded,
     running,
+    scrape,
     source_topics,
     topics_with_prefix,
     unique_prefix,
+    wait_for,
 )
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
@@ -66,9 +68,15 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
         out_topics = [f"inlet.changes.{prefix}.public.{t}" for t in ("customers", "orders", "events_nopk")]
         expected_total = sum(1 for _ in expected_changes) + 3 * sum(len(v) for v in tx_ends.values())
         out = read_all(kafka_server.bootstrap, out_topics, min_count=expected_total)
-        metrics = (
-            urllib.request.urlopen(f"http://{service.metrics_address}/metrics", timeout=5).read().decode()
+        address = service.metrics_address
+        assert address is not None
+        customers = f"{prefix}.public.customers"
+        # consumer lag per partition: caught up
+        wait_for(
+            lambda: metric_value(scrape(address), "inlet_cdc_consumer_lag", topic=customers) == 0,
+            timeout_s=15,
         )
+        metrics = scrape(address)
         health = urllib.request.urlopen(f"http://{service.metrics_address}/healthz", timeout=5)
         assert health.status == 200 and json.loads(health.read())["status"] == "ok"
 

@@ -176,7 +176,7 @@ class CdcConsumerService:
                     next_commit = now + commit_every
                 if now >= next_lag:
                     self._update_lag()
-                    next_lag = now + 5.0
+                    next_lag = now + 2.0
                 if self._fatal:
                     raise CdcServiceError(self._fatal)
             clean = True
