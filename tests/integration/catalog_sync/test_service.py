@@ -3,8 +3,13 @@ the service follows them into a real Hive Metastore, coalesces bursts and rides 
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +17,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from catalog_sync_helpers import columns, partitions, table_params
+from confluent_kafka import Producer
 
 from inlet.core import HudiTable
 from inlet.core.storage import Storage
+from inlet.proto.events.v1 import events_pb2
 from inlet.services.catalog_sync import MetastoreClient, sync_table
 from inlet.services.catalog_sync.service import CatalogSyncService, ServiceConfig
 from inlet.services.coordinator.client import CoordinatorClient, GrpcCommitProtocol
@@ -158,3 +165,71 @@ def test_service_follows_commits_and_survives_a_metastore_outage(
             protocol.close()
         hms.stop()
     assert thread is not None and not thread.is_alive()
+
+
+def test_catalog_run_cli_serves_metrics_and_health(
+    tmp_path: Path, metastore: EmbeddedMetastore, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    path = tmp_path / "clitrips"
+    t = HudiTable.create(
+        str(path), name="clitrips", record_key="id", partition_by="city", ordering_field="ts"
+    )
+    res = t.write(rows([1], "sf", 1), "insert")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "inlet.services.cli.main",
+            "catalog",
+            "run",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--metastore",
+            metastore.uri,
+            "--topic",
+            kafka_topic,
+            "--group",
+            f"cli-{kafka_topic}",
+            "--database",
+            "cli_run",
+            "--coalesce",
+            "0.2",
+            "--kafka-option",
+            "session.timeout.ms=6000",
+            "--kafka-option",
+            "fetch.wait.max.ms=100",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        hello = json.loads(proc.stdout.readline())
+        assert hello["event"] == "serving" and hello["service"] == "catalog-sync"
+        metrics_url = f"http://{hello['metrics']}"
+        event = events_pb2.CommitEvent(table_id="x.clitrips", base_path=str(path), table_type="COPY_ON_WRITE")
+        event.instant.instant_time = res.instant_time
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer.produce(kafka_topic, key=b"x.clitrips", value=event.SerializeToString())
+        producer.produce(kafka_topic, key=b"junk", value=b"\xff not a protobuf")
+        producer.flush(10)
+
+        def synced() -> bool:
+            with MetastoreClient(metastore.uri, timeout_s=10) as c:
+                tbl = c.call("get_table", "cli_run", "clitrips")
+                return table_params(tbl).get("last_commit_time_sync") == res.instant_time
+
+        wait_for(synced, what="inlet catalog run to sync the table")
+        with urllib.request.urlopen(f"{metrics_url}/healthz", timeout=10) as r:
+            health = json.loads(r.read())
+        assert health["status"] == "ok" and health["pending_tables"] == 0
+        with urllib.request.urlopen(f"{metrics_url}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        assert 'inlet_catalog_syncs_total{result="ok"} 1.0' in text
+        assert "inlet_catalog_bad_events_total 1.0" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
