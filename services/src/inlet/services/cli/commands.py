@@ -116,7 +116,7 @@ def _check_write_args(args: argparse.Namespace) -> None:
 
 
 # with no records these still change the table (insert_overwrite_table empties it)
-_EMPTY_INPUT_OPS = ("insert_overwrite_table", "delete_partition")
+_EMPTY_INPUT_OPS = engine.EMPTY_INPUT_OPS
 
 
 def _skipped_summary(operation: str) -> dict[str, Any]:

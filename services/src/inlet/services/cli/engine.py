@@ -17,9 +17,12 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.dataset as pads
 
+from inlet.core.errors import SchemaError
+from inlet.core.schema import cast_to, normalize_schema, normalize_type
 from inlet.services.cli import dataio
-from inlet.services.cli.errors import CliError, InputFileError
+from inlet.services.cli.errors import CliError
 from inlet.services.cli.options import choice, choices_metavar, env, env_choice, parse_key_values, with_env
 
 if TYPE_CHECKING:
@@ -30,6 +33,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("inlet.cli")
 
 ENGINES = ("local", "spark")
+# operations an input without records still means something to (the local engine runs them too)
+EMPTY_INPUT_OPS = ("insert_overwrite_table", "delete_partition")
 DEFAULT_MASTER = "local[2]"
 # settings of every CLI session unless --spark-conf says otherwise: a CLI job needs no UI, and a
 # local session binds the loopback interface only
@@ -112,24 +117,68 @@ def spark_session(args: argparse.Namespace) -> Iterator[SparkSession]:
         session.stop()
 
 
-def _input_frame(spark: SparkSession, args: argparse.Namespace, schema: pa.Schema | None) -> DataFrame:
-    """Parquet is read by Spark itself; JSON lines and CSV are parsed as the local engine parses
-    them (the table's column types), then handed to Spark."""
+def _spark_ready_parquet(path: str) -> bool:
+    """Whether Spark may read the Parquet input itself: its schema (footers only) holds only types
+    the local engine stores unchanged, so Spark's reader yields the same values. Nanosecond or
+    zone-less timestamps, unsigned integers, dictionaries, large strings... go through pyarrow."""
+    try:
+        schema = pads.dataset(path, format="parquet").schema
+    except (pa.ArrowException, OSError, ValueError):
+        return False  # read_input names the problem as the local engine does
+    try:
+        return all(
+            normalize_type(f.type).equals(f.type)
+            and not (pa.types.is_timestamp(f.type) and f.type.tz is None)
+            for f in schema
+        )
+    except SchemaError:
+        return False
+
+
+def _spark_input(data: pa.Table) -> pa.Table:
+    """``data`` with the storage types the local engine's writer gives it (:func:`normalize_schema`,
+    :func:`cast_to`: nanoseconds to microseconds, zone-less timestamps taken as UTC, unsigned to
+    wider signed integers, dictionaries decoded, large strings/binaries, date64...). Spark's own
+    conversion would refuse or change several of them; an input both engines refuse fails here
+    with the local engine's error."""
+    return cast_to(data, normalize_schema(data.schema))
+
+
+def _input_frame(
+    spark: SparkSession, args: argparse.Namespace, schema: pa.Schema | None
+) -> tuple[DataFrame | None, bool]:
+    """The input as the local engine reads it, and whether it holds no records. JSON lines, CSV
+    (parsed with the table's column types) and Parquet are read by pyarrow
+    (:func:`dataio.read_input`) and normalised as the local engine normalises them, then handed to
+    Spark; Parquet whose types need no normalisation is read by Spark itself (in parallel, not
+    through this process). An input without columns has no frame (None)."""
     fmt = args.format or dataio.detect_format(args.input)
-    if fmt == "parquet":
-        if not os.path.exists(args.input):
-            raise InputFileError(f"input file not found: {args.input}")
-        return spark.read.parquet(os.path.abspath(args.input))
-    return spark.createDataFrame(dataio.read_input(args.input, fmt, schema))
+    if fmt == "parquet" and os.path.exists(args.input) and _spark_ready_parquet(args.input):
+        empty = pads.dataset(args.input, format="parquet").count_rows() == 0
+        return spark.read.parquet(os.path.abspath(args.input)), empty
+    data = dataio.read_input(args.input, fmt, schema)
+    if data.num_columns == 0:
+        return None, True
+    # pyspark slices the table into one partition per Arrow batch (10,000 rows): coalesced to the
+    # cluster's parallelism, a 2M-row input is 2-8 tasks instead of 200
+    df = spark.createDataFrame(_spark_input(data)).coalesce(max(1, spark.sparkContext.defaultParallelism))
+    return df, data.num_rows == 0
 
 
 def write(
     args: argparse.Namespace, path: str, schema: pa.Schema | None, opts: dict[str, str]
 ) -> CommitResult | None:
+    """Run the write as a Spark job; None when the input holds no records and the operation has
+    nothing to do without them (nothing written, as with the local engine)."""
     import inlet.core.spark as inlet_spark
 
     with spark_session(args) as spark:
-        df = _input_frame(spark, args, schema) if args.input is not None else None
+        df = None
+        if args.input is not None:
+            df, empty = _input_frame(spark, args, schema)
+            if empty and args.op not in EMPTY_INPUT_OPS:
+                log.warning("input holds no records; nothing written")
+                return None
         options = {**opts, "hoodie.datasource.write.operation": args.op}
         return inlet_spark.write(df, path, options, partitions=args.partition)
 
