@@ -149,7 +149,7 @@ def run_workload(url: str, scale: int, rng: random.Random) -> dict[str, int]:
         # a new column, mid-stream
         conn.execute("ALTER TABLE customers ADD COLUMN tier text")
         conn.execute(
-            "UPDATE customers SET tier = CASE WHEN id % 2 = 0 THEN 'gold' ELSE 'silver' END WHERE id <= %s",
+            "UPDATE customers SET tier = CASE WHEN id %% 2 = 0 THEN 'gold' ELSE 'silver' END WHERE id <= %s",
             (scale // 2,),
         )
         conn.execute("INSERT INTO customers (name, tier) VALUES ('newcomer', 'bronze')")
@@ -397,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     directory = args.dir or Path(tempfile.mkdtemp(prefix="inlet-demo-"))
     try:
         run(directory.resolve(), args.engine, args.scale)
-    except DemoFailed as e:
+    except (DemoFailed, psycopg.Error, OSError, subprocess.TimeoutExpired) as e:
         print(f"demo: FAILED: {e}", file=sys.stderr)
         return 1
     finally:

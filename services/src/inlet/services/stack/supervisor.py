@@ -41,6 +41,15 @@ CONFIG_FILE = "config.json"
 PID_FILE = "supervisor.pid"
 COORDINATOR_DB = "inlet_coordinator"
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+# One broker on loopback: a short session timeout (Tansu makes a joining member wait half of it)
+# and a frequent metadata refresh, so a table created in PostgreSQL reaches the lake in seconds
+# (its Debezium and change topics are found by pattern subscriptions).
+LOCAL_CONSUMER_OPTIONS = (
+    "session.timeout.ms=6000",
+    "heartbeat.interval.ms=1000",
+    "topic.metadata.refresh.interval.ms=2000",
+    "fetch.wait.max.ms=100",
+)
 
 
 @dataclass(frozen=True)
@@ -194,6 +203,10 @@ class Stack:
             data_dir=self.config.root / "debezium",
             table_include_list=include_list(self.config.tables),
             rest_port=self.ports.get("debezium"),
+            # a publication FOR ALL TABLES: tables created after the stack started replicate too
+            # (a filtered publication is fixed when the connector first starts); the include list
+            # still decides which tables Debezium emits
+            extra_config={"publication.autocreate.mode": "all_tables"},
         )
 
         def running() -> bool:
@@ -221,6 +234,7 @@ class Stack:
             self.pg.url(self.config.database),
             "--metrics-listen",
             f"127.0.0.1:{port}",
+            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--consumer-option", opt)),
         )
         return CommandComponent(
             "cdc_consumer", argv, self.config.logs / "cdc_consumer.log", f"http://127.0.0.1:{port}/healthz"
@@ -243,6 +257,7 @@ class Stack:
             str(self.config.batch_interval_ms),
             "--metrics-listen",
             f"127.0.0.1:{port}",
+            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka", opt)),
         )
         return CommandComponent(
             "writer", argv, self.config.logs / "writer.log", f"http://127.0.0.1:{port}/healthz"
@@ -317,7 +332,8 @@ class Stack:
                 self._supervise(stop)
             return 0
         except Exception as e:
-            self.state, self.error = "failed", str(e)
+            first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            self.state, self.error = "failed", first_line[:500]
             log_event(_log, logging.ERROR, "stack failed", error=str(e))
             return 1
         finally:
