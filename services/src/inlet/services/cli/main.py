@@ -22,8 +22,8 @@ from inlet.services.cli import commands
 from inlet.services.cli.catalog import add_catalog_commands
 from inlet.services.cli.cdc import add_cdc_commands
 from inlet.services.cli.coordinator import add_coordinator_commands
-from inlet.services.cli.dlq import add_dlq_commands
 from inlet.services.cli.dataio import INPUT_FORMATS
+from inlet.services.cli.dlq import add_dlq_commands
 from inlet.services.cli.engine import add_engine_options
 from inlet.services.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
 from inlet.services.cli.options import (
