@@ -4,6 +4,7 @@ the service follows them into a real Hive Metastore, coalesces bursts and rides 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -233,3 +234,99 @@ def test_catalog_run_cli_serves_metrics_and_health(
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=60)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
+
+
+def _run_service(
+    metastore: EmbeddedMetastore, kafka_bootstrap: str, topic: str, db: str
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "inlet.services.cli.main",
+            "catalog",
+            "run",
+            "--bootstrap",
+            kafka_bootstrap,
+            "--metastore",
+            metastore.uri,
+            "--topic",
+            topic,
+            "--group",
+            f"kill-{topic}",
+            "--database",
+            db,
+            "--coalesce",
+            "0",
+            "--metrics-listen",
+            "",
+            "--option",
+            "hoodie.datasource.hive_sync.batch_num=1",  # one partition per call: a long sync
+            "--kafka-option",
+            "session.timeout.ms=6000",
+            "--kafka-option",
+            "fetch.wait.max.ms=100",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_service_killed_mid_sync_resumes_from_the_unacknowledged_event(
+    tmp_path: Path, metastore: EmbeddedMetastore, kafka_bootstrap: str, kafka_topic: str
+) -> None:
+    path = tmp_path / "many"
+    t = HudiTable.create(str(path), name="many", record_key="id", partition_by="p", ordering_field="ts")
+    n = 200
+    res = t.write(
+        pa.table(
+            {
+                "id": pa.array(range(n), pa.int64()),
+                "p": [f"p{i:03d}" for i in range(n)],
+                "ts": pa.array([1] * n, pa.int64()),
+            }
+        ),
+        "insert",
+    )
+    event = events_pb2.CommitEvent(table_id="k.many", base_path=str(path), table_type="COPY_ON_WRITE")
+    event.instant.instant_time = res.instant_time
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(kafka_topic, key=b"k.many", value=event.SerializeToString())
+    producer.flush(10)
+
+    def count() -> int:
+        with MetastoreClient(metastore.uri, timeout_s=10) as c:
+            return len(c.call("get_partition_names", "killed", "many", -1))
+
+    proc = _run_service(metastore, kafka_bootstrap, kafka_topic, "killed")
+    try:
+        added = wait_for(lambda: count() >= 5, what="the sync to be under way")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        mid = count()
+        assert added and mid < n, f"the sync finished ({mid} partitions) before the kill"
+        with MetastoreClient(metastore.uri) as c:
+            assert "last_commit_time_sync" not in table_params(c.call("get_table", "killed", "many"))
+        # a new service instance of the same group gets the event again (its offset was never committed)
+        proc = _run_service(metastore, kafka_bootstrap, kafka_topic, "killed")
+        wait_for(lambda: count() == n, timeout_s=120, what="the restarted service to finish the sync")
+
+        def synced() -> bool:
+            with MetastoreClient(metastore.uri, timeout_s=10) as c:
+                return (
+                    table_params(c.call("get_table", "killed", "many")).get("last_commit_time_sync")
+                    == res.instant_time
+                )
+
+        wait_for(synced, what="last_commit_time_sync")
+        with MetastoreClient(metastore.uri) as c:
+            sync_table(str(path), c, database="killed_fresh")
+            ours, fresh = c.call("get_table", "killed", "many"), c.call("get_table", "killed_fresh", "many")
+            assert table_params(ours) == table_params(fresh)
+            assert partitions(c, "killed", "many") == partitions(c, "killed_fresh", "many")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
