@@ -69,6 +69,8 @@ class WriterConfig:
     error_retry_s: float = 30.0
     table_config: str | None = None
     coordinator_token: str | None = None
+    coordinator_ca: bytes | None = None  # PEM roots; TLS when set or when coordinator_tls
+    coordinator_tls: bool = False
     kafka: dict[str, Any] = field(default_factory=dict)  # extra librdkafka consumer settings
     write_options: dict[str, str] = field(default_factory=dict)
     compaction: bool = True
@@ -103,7 +105,13 @@ class Writer:
         self.config = config
         self.metrics = metrics or WriterMetrics()
         self.rules = tables.load_rules(config.table_config)
-        self.client = CoordinatorClient(config.coordinator, token=config.coordinator_token, timeout_s=60)
+        self.client = CoordinatorClient(
+            config.coordinator,
+            tls=config.coordinator_tls,
+            root_certificates=config.coordinator_ca,
+            token=config.coordinator_token,
+            timeout_s=60,
+        )
         self.tables: dict[str, TableState] = {}
         self.consumer: Consumer | None = None
         self._spark: Any = None
