@@ -8,6 +8,7 @@ Thrift transport failures (connection refused, reset, timeouts) become :class:`M
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 from collections import Counter
 from collections.abc import Callable
@@ -16,6 +17,9 @@ from typing import Any
 from inlet.services.catalog_sync.errors import CatalogSyncError, MetastoreUnavailableError
 
 DEFAULT_TIMEOUT_S = 60.0
+
+# thrift logs every failed connect at ERROR before raising; the raised error is reported instead
+logging.getLogger("thrift.transport.TSocket").setLevel(logging.CRITICAL)
 
 
 def parse_metastore_uri(uri: str) -> tuple[str, int]:
@@ -64,7 +68,7 @@ class MetastoreClient:
             self._client = None
 
     def __enter__(self) -> MetastoreClient:
-        return self.open()
+        return self  # connects on the first call (a bad table path is reported before a bad metastore)
 
     def __exit__(self, *exc: object) -> None:
         self.close()
