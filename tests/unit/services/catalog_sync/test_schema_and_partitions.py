@@ -176,3 +176,13 @@ def test_config_options() -> None:
         "/t",
         {"hoodie.datasource.hive_sync.enable": "true", "hoodie.datasource.hive_sync.use_jdbc": "false"},
     )
+
+
+def test_database_of_table_id() -> None:
+    from inlet.services.catalog_sync.service import database_of
+
+    assert database_of("sales.trips") == "sales"
+    assert database_of("shop.public.orders") == "shop_public"
+    assert database_of("Shop-1.t") == "shop_1"
+    assert database_of("trips") is None
+    assert database_of("/lake/a.b") is None

@@ -12,7 +12,7 @@ pending tables stay pending and are retried with exponential backoff (``retry_in
 is logged, counted in ``inlet_catalog_sync_failures_total`` and retried on the table's next event.
 
 Database: ``database`` if set, else the part of the event's ``table_id`` before its last ``.``
-(``sales.trips`` -> ``sales``), else the table's ``hoodie.database.name``, else ``default``. ``options`` are
+(``sales.trips`` -> ``sales``, ``shop.public.orders`` -> ``shop_public``), else the table's ``hoodie.database.name``, else ``default``. ``options`` are
 Hudi's ``hoodie.datasource.hive_sync.*`` options for every table.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -36,6 +37,18 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "inlet.commits"
 DEFAULT_GROUP = "inlet-catalog-sync"
+
+
+def database_of(table_id: str) -> str | None:
+    """The metastore database of a coordinator table id: its part before the last ``.``, as a Hive name.
+
+    ``sales.trips`` -> ``sales``; ``shop.public.orders`` -> ``shop_public`` (Hive names are ``[A-Za-z0-9_]``);
+    no ``.`` (or a path) -> None (the table's ``hoodie.database.name``, else ``default``).
+    """
+    if "." not in table_id or "/" in table_id:
+        return None
+    prefix = table_id.rsplit(".", 1)[0]
+    return re.sub(r"[^A-Za-z0-9_]", "_", prefix).lower() or None
 
 
 @dataclass
@@ -216,9 +229,7 @@ class CatalogSyncService:
     def _database_for(self, table_id: str) -> str | None:
         if self.config.database:
             return self.config.database
-        if "." in table_id and "/" not in table_id:
-            return table_id.rsplit(".", 1)[0]
-        return None
+        return database_of(table_id)
 
     def _sync(self, p: _Pending) -> None:
         started = time.monotonic()
