@@ -667,3 +667,56 @@ def test_a_sync_cut_short_is_completed_by_the_next(
             }
         )
         check_partition_columns(hms, database, name)
+
+
+# -- key generators: timestamp-based paths, URL-encoded paths -----------------------------------------
+
+
+def test_timestamp_and_url_encoded_partitions(tmp_path: Path, hms: RecordingClient, database: str) -> None:
+    from inlet.core.keys import TimestampPartitioning
+
+    days = tmp_path / "days"
+    t = HudiTable.create(
+        str(days),
+        name="days",
+        record_key="id",
+        partition_by="ts",
+        ordering_field="ts",
+        timestamp=TimestampPartitioning("EPOCHMILLISECONDS", "yyyy/MM/dd", timezone="UTC"),
+    )
+    t.write(
+        pa.table(
+            {"id": pa.array([1, 2], pa.int64()), "ts": pa.array([1704153600000, 1704240000000], pa.int64())}
+        ),
+        "insert",
+    )
+    r = sync(days, hms, database)
+    assert r["tables"][0]["partitions_added"] == ["2024/01/02", "2024/01/03"]
+    # one partition field, not hive-style: SinglePartPartitionValueExtractor ('/' -> '-'); the key keeps the
+    # field's type (HiveSchemaUtil.getPartitionKeyType)
+    assert columns(hms.call("get_table", database, "days").partitionKeys) == [("ts", "bigint")]
+    assert partitions(hms, database, "days") == {
+        ("2024-01-02",): f"file:{days}/2024/01/02",
+        ("2024-01-03",): f"file:{days}/2024/01/03",
+    }
+
+    enc = tmp_path / "enc"
+    u = HudiTable.create(
+        str(enc), name="enc", record_key="id", partition_by="city", ordering_field="ts", url_encode=True
+    )
+    u.write(
+        pa.table(
+            {"id": pa.array([1, 2], pa.int64()), "city": ["a/b", "c"], "ts": pa.array([1, 1], pa.int64())}
+        ),
+        "insert",
+    )
+    sync(enc, hms, database)
+    # hoodie.meta.sync.decode_partition follows hoodie.datasource.write.partitionpath.urlencode
+    assert partitions(hms, database, "enc") == {("a/b",): f"file:{enc}/a%2Fb", ("c",): f"file:{enc}/c"}
+    u.write(None, "delete_partition", partitions=["a%2Fb"])
+    r = sync(enc, hms, database)
+    assert r["tables"][0]["partitions_dropped"] == ["a%2Fb"]
+    assert set(partitions(hms, database, "enc")) == {("c",)}
+    # a full re-listing agrees with the incremental result
+    r = sync(enc, hms, database, **{"hoodie.meta.sync.incremental": "false"})
+    assert r["tables"][0]["partition_sync"] == "full" and not r["tables"][0]["changed"]
