@@ -26,6 +26,7 @@ import pytest
 from catalog_sync_helpers import RecordingClient, columns, partitions, table_params
 
 from inlet.core import HudiTable
+from inlet.core.keys import TimestampPartitioning
 from inlet.services.catalog_sync import (
     CatalogSyncError,
     MetastoreClient,
@@ -673,8 +674,6 @@ def test_a_sync_cut_short_is_completed_by_the_next(
 
 
 def test_timestamp_and_url_encoded_partitions(tmp_path: Path, hms: RecordingClient, database: str) -> None:
-    from inlet.core.keys import TimestampPartitioning
-
     days = tmp_path / "days"
     t = HudiTable.create(
         str(days),
