@@ -134,12 +134,8 @@ KINDS: dict[str, tuple[pa.Table, tuple[str, ...]]] = {
 }
 CASES = [(kind, fmt) for kind, (_, formats) in KINDS.items() for fmt in formats]
 # second and millisecond timestamps (Parquet ms columns; JSON/CSV text of whole seconds, which
-# pyarrow infers as timestamp[s]): see test_second_and_millisecond_timestamps
+# pyarrow infers as timestamp[s]): stored as timestamp-millis by both engines
 COARSE_TIMES = pa.table({"id": _ids(), "at": _times("ms", "UTC"), "naive": _times("s", None)})
-
-
-class UnitDiffers(Exception):
-    """The engines stored the same timestamp values with different units."""
 
 
 def _write_input(data: pa.Table, fmt: str, path: Path) -> Path:
@@ -217,12 +213,6 @@ def test_empty_input_writes_nothing_with_either_engine(spark: Any, tmp_path: Pat
             assert HudiTable.open(path).instants() == [], (source, engine)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnitDiffers,
-    reason="GAP: the local engine stores second/millisecond timestamps as timestamp-millis, the Spark "
-    "engine as timestamp-micros (Spark's TimestampType has microseconds only); the values are the same",
-)
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl", "csv"])
 def test_second_and_millisecond_timestamps(spark: Any, tmp_path: Path, fmt: str) -> None:
     source = _write_input(COARSE_TIMES, fmt, tmp_path / "coarse")
@@ -235,5 +225,7 @@ def test_second_and_millisecond_timestamps(spark: Any, tmp_path: Path, fmt: str)
     assert [r["naive"] for r in local_rows] == [
         dt.datetime(2024, 3, 1, 12, 30, 45, tzinfo=dt.UTC) + dt.timedelta(seconds=i * 3601) for i in range(3)
     ]  # zone-less text is taken as UTC by both
-    if spark_schema != local_schema:
-        raise UnitDiffers(f"local {local_schema} != spark {spark_schema}")
+    # the unit is kept too: Spark's TimestampType has microseconds only, the Spark engine is given
+    # the input's Arrow schema and stores millis as the local engine does
+    assert spark_schema == local_schema
+    assert spark_schema.field("naive").type == pa.timestamp("ms", tz="UTC")

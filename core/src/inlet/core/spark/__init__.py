@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from inlet.core.spark.writer import write as _write
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
     from inlet.core.commit import CommitProtocol
@@ -45,6 +46,7 @@ def write(
     partitions: Sequence[str] | None = None,
     extra_metadata: Mapping[str, str] | None = None,
     mode: str = "append",
+    input_schema: pa.Schema | None = None,
 ) -> CommitResult | None:
     """Write ``df`` to the Hudi table at ``path`` (created on the first write), as Apache Hudi's
     ``df.write.format("hudi").options(**options).mode(mode).save(path)`` does; returns the commit.
@@ -55,7 +57,10 @@ def write(
     the in-process lock. ``partitions``: for delete_partition without data (or
     ``hoodie.datasource.write.partitions.to.delete``). ``mode``: ``append`` (default),
     ``overwrite`` (an existing table is overwritten with ``insert_overwrite_table``), ``error`` /
-    ``errorifexists`` or ``ignore`` when the table exists.
+    ``errorifexists`` or ``ignore`` when the table exists. ``input_schema``: the Arrow schema
+    ``df`` was made from (``spark.createDataFrame(arrow_table)``); second/millisecond timestamps
+    are then stored as ``timestamp-millis`` as the local engine stores them (Spark's own type has
+    microseconds only).
     """
     return _write(
         df,
@@ -65,6 +70,7 @@ def write(
         partitions=partitions,
         extra_metadata=extra_metadata,
         mode=mode,
+        input_schema=input_schema,
     )
 
 

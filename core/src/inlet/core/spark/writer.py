@@ -112,7 +112,7 @@ from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_i
 from inlet.core.instant import Instant
 from inlet.core.keys import KeyGenerator
 from inlet.core.rollback import rollback_failed_writes
-from inlet.core.schema import META_COLUMNS, cast_to, normalize_schema, to_avro_schema
+from inlet.core.schema import META_COLUMNS, cast_to, normalize_schema, normalize_type, to_avro_schema
 from inlet.core.spark import options as opt
 from inlet.core.spark import types as spark_types
 from inlet.core.storage import Storage
@@ -934,8 +934,29 @@ class _Prepared:
         return dedupe(self.keyed, self.combine, ordering)
 
 
+def with_input_units(derived: pa.Schema, input_schema: pa.Schema | None) -> pa.Schema:
+    """``derived`` (the table types of a DataFrame's Spark schema) with the timestamp units of the
+    Arrow ``input_schema`` the DataFrame was made from: Spark's ``TimestampType`` has microseconds
+    only, while the local engine keeps second/millisecond input as ``timestamp-millis``; the
+    executors cast to the write schema, so the files get the input's unit (top-level columns)."""
+    if input_schema is None:
+        return derived
+    fields = []
+    for f in derived:
+        i = input_schema.get_field_index(f.name)
+        given = normalize_type(input_schema.field(i).type) if i >= 0 else None
+        if given is not None and pa.types.is_timestamp(f.type) and pa.types.is_timestamp(given):
+            f = f.with_type(given)
+        fields.append(f)
+    return pa.schema(fields, metadata=derived.metadata)
+
+
 def _prepare(
-    df: DataFrame | None, table: HudiTable, op: WriteOperation, options: dict[str, str]
+    df: DataFrame | None,
+    table: HudiTable,
+    op: WriteOperation,
+    options: dict[str, str],
+    input_schema: pa.Schema | None = None,
 ) -> _Prepared:
     """Everything that can reject the input, decided on the driver from schemas (types, columns,
     schema evolution); the key stage, lazily."""
@@ -958,7 +979,9 @@ def _prepare(
         return _Prepared(op, schema, to_avro_schema(schema, table.name) if len(schema) else "", keyed)
     if op is WriteOperation.DELETE:
         needed = writers.delete_key_fields(table, df.columns)
-        key_input = spark_types.to_table_arrow_schema(T.StructType([df.schema[c] for c in needed]))
+        key_input = with_input_units(
+            spark_types.to_table_arrow_schema(T.StructType([df.schema[c] for c in needed])), input_schema
+        )
         key_schema = writers.delete_key_schema(table, key_input)
         schema = current if current is not None else normalize_schema(key_schema)
         keyed = _key_stage(df, table, op, key_schema, needed)
@@ -969,7 +992,9 @@ def _prepare(
             keyed,
             MergeMode.COMMIT_TIME_ORDERING,
         )
-    schema = writers.write_schema(table, spark_types.to_table_arrow_schema(df.schema))
+    schema = writers.write_schema(
+        table, with_input_units(spark_types.to_table_arrow_schema(df.schema), input_schema)
+    )
     keyed = _key_stage(df, table, op, schema, ())
     combine = table.merge_mode if writers.combines(op, options) else None
     return _Prepared(op, schema, to_avro_schema(schema, table.name), keyed, combine)
@@ -1050,10 +1075,12 @@ def write(
     partitions: Sequence[str] | None = None,
     extra_metadata: Mapping[str, str] | None = None,
     mode: str = "append",
+    input_schema: pa.Schema | None = None,
 ) -> CommitResult | None:
     """Write a Spark DataFrame to the Hudi table at ``path`` with Apache Hudi's option names; see
     :mod:`inlet.core.spark.writer`. Returns what was committed (None with save mode ``ignore`` on an
-    existing table)."""
+    existing table). ``input_schema``: the Arrow schema ``df`` was made from, whose timestamp units
+    are kept (:func:`with_input_units`)."""
     save_mode = mode.strip().lower()
     if save_mode not in SAVE_MODES:
         raise InvalidConfigError(f"unknown save mode {mode!r} (one of {', '.join(SAVE_MODES)})")
@@ -1068,7 +1095,7 @@ def write(
         raise InvalidInputError(f"{op.value.lower()} is a table service, not a write operation")
     if table.table_type is TableType.MERGE_ON_READ and not table.populate_meta_fields:
         raise errors.UnsupportedError("Merge-on-Read writes need hoodie.populate.meta.fields=true")
-    prepared = _prepare(df, table, op, write_options)
+    prepared = _prepare(df, table, op, write_options, input_schema)
     extra = {**settings.extra_metadata, **(extra_metadata or {})}
     wanted = [*settings.partitions, *(partitions or ())]
     spark = df.sparkSession if df is not None else SparkSession.getActiveSession()

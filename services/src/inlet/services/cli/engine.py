@@ -146,23 +146,25 @@ def _spark_input(data: pa.Table) -> pa.Table:
 
 def _input_frame(
     spark: SparkSession, args: argparse.Namespace, schema: pa.Schema | None
-) -> tuple[DataFrame | None, bool]:
-    """The input as the local engine reads it, and whether it holds no records. JSON lines, CSV
-    (parsed with the table's column types) and Parquet are read by pyarrow
-    (:func:`dataio.read_input`) and normalised as the local engine normalises them, then handed to
-    Spark; Parquet whose types need no normalisation is read by Spark itself (in parallel, not
-    through this process). An input without columns has no frame (None)."""
+) -> tuple[DataFrame | None, bool, pa.Schema | None]:
+    """The input as the local engine reads it, whether it holds no records, and its Arrow schema
+    (Spark keeps its timestamp units, see ``inlet.core.spark.write``). JSON lines, CSV (parsed with
+    the table's column types) and Parquet are read by pyarrow (:func:`dataio.read_input`) and
+    normalised as the local engine normalises them, then handed to Spark; Parquet whose types need
+    no normalisation is read by Spark itself (in parallel, not through this process). An input
+    without columns has no frame (None)."""
     fmt = args.format or dataio.detect_format(args.input)
     if fmt == "parquet" and os.path.exists(args.input) and _spark_ready_parquet(args.input):
-        empty = pads.dataset(args.input, format="parquet").count_rows() == 0
-        return spark.read.parquet(os.path.abspath(args.input)), empty
+        dataset = pads.dataset(args.input, format="parquet")
+        return spark.read.parquet(os.path.abspath(args.input)), dataset.count_rows() == 0, dataset.schema
     data = dataio.read_input(args.input, fmt, schema)
     if data.num_columns == 0:
-        return None, True
+        return None, True, None
+    normalized = _spark_input(data)
     # pyspark slices the table into one partition per Arrow batch (10,000 rows): coalesced to the
     # cluster's parallelism, a 2M-row input is 2-8 tasks instead of 200
-    df = spark.createDataFrame(_spark_input(data)).coalesce(max(1, spark.sparkContext.defaultParallelism))
-    return df, data.num_rows == 0
+    df = spark.createDataFrame(normalized).coalesce(max(1, spark.sparkContext.defaultParallelism))
+    return df, data.num_rows == 0, normalized.schema
 
 
 def write(
@@ -173,14 +175,14 @@ def write(
     import inlet.core.spark as inlet_spark
 
     with spark_session(args) as spark:
-        df = None
+        df, input_schema = None, None
         if args.input is not None:
-            df, empty = _input_frame(spark, args, schema)
+            df, empty, input_schema = _input_frame(spark, args, schema)
             if empty and args.op not in EMPTY_INPUT_OPS:
                 log.warning("input holds no records; nothing written")
                 return None
         options = {**opts, "hoodie.datasource.write.operation": args.op}
-        return inlet_spark.write(df, path, options, partitions=args.partition)
+        return inlet_spark.write(df, path, options, partitions=args.partition, input_schema=input_schema)
 
 
 def read(
