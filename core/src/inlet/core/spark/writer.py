@@ -938,17 +938,30 @@ def with_input_units(derived: pa.Schema, input_schema: pa.Schema | None) -> pa.S
     """``derived`` (the table types of a DataFrame's Spark schema) with the timestamp units of the
     Arrow ``input_schema`` the DataFrame was made from: Spark's ``TimestampType`` has microseconds
     only, while the local engine keeps second/millisecond input as ``timestamp-millis``; the
-    executors cast to the write schema, so the files get the input's unit (top-level columns)."""
+    executors cast to the write schema, so the files get the input's unit (nested ones too)."""
     if input_schema is None:
         return derived
     fields = []
     for f in derived:
         i = input_schema.get_field_index(f.name)
         given = normalize_type(input_schema.field(i).type) if i >= 0 else None
-        if given is not None and pa.types.is_timestamp(f.type) and pa.types.is_timestamp(given):
-            f = f.with_type(given)
+        if given is not None and not given.equals(f.type) and _as_micros(given).equals(f.type):
+            f = f.with_type(given)  # the same type up to timestamp units (nested ones too)
         fields.append(f)
     return pa.schema(fields, metadata=derived.metadata)
+
+
+def _as_micros(typ: pa.DataType) -> pa.DataType:
+    """``typ`` with every timestamp as Spark holds it (microseconds, UTC)."""
+    if pa.types.is_timestamp(typ):
+        return pa.timestamp("us", tz="UTC")
+    if pa.types.is_list(typ):
+        return pa.list_(typ.value_field.with_type(_as_micros(typ.value_type)))
+    if pa.types.is_map(typ):
+        return pa.map_(typ.key_field, typ.item_field.with_type(_as_micros(typ.item_type)))
+    if pa.types.is_struct(typ):
+        return pa.struct([f.with_type(_as_micros(f.type)) for f in typ])
+    return typ
 
 
 def _prepare(
