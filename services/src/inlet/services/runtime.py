@@ -54,7 +54,9 @@ class Setting:
         return prefix + (self.env_name or self.name.upper())
 
 
-def add_arguments(parser: argparse.ArgumentParser, settings: Sequence[Setting], env_prefix: str) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, settings: Sequence[Setting], env_prefix: str
+) -> None:
     """Add one option per setting; the help names the variable and the default."""
     for s in settings:
         text = s.help

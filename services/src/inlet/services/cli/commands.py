@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from inlet.core import HudiTable, TimestampPartitioning
-from inlet.services.cli import dataio, engine, filters, options, render
+from inlet.services.cli import commit, dataio, engine, filters, options, render
 from inlet.services.cli.errors import EXIT_OK, UsageError
 from inlet.services.logs import log_event
 
@@ -137,9 +137,14 @@ def _skipped_summary(operation: str) -> dict[str, Any]:
 def cmd_write(args: argparse.Namespace) -> int:
     _check_write_args(args)
     opts = _write_options(args)
-    table = HudiTable.open(options.table_path(args.path))
-    if args.engine == "spark":
-        return _write_with_spark(args, table, opts)
+    path = options.table_path(args.path)
+    with commit.open_table(args, path) as table:
+        if args.engine == "spark":
+            return _write_with_spark(args, table, opts)
+        return _write_locally(args, table, opts)
+
+
+def _write_locally(args: argparse.Namespace, table: HudiTable, opts: dict[str, str]) -> int:
     data: pa.Table | None = None
     if args.input is not None:
         data = dataio.read_input(args.input, args.format, table.schema())
@@ -170,7 +175,7 @@ def cmd_write(args: argparse.Namespace) -> int:
 def _write_with_spark(args: argparse.Namespace, table: HudiTable, opts: dict[str, str]) -> int:
     log_event(log, logging.INFO, "write started", table=table.base_path, operation=args.op, engine="spark")
     started = time.monotonic()
-    result = engine.write(args, table.base_path, table.schema(), opts)
+    result = engine.write(args, table.base_path, table.schema(), opts, table.commit_protocol)
     summary = result.summary() if result is not None else _skipped_summary(args.op)
     elapsed = round(time.monotonic() - started, 3)
     log_event(
@@ -245,8 +250,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    table = HudiTable.open(options.table_path(args.path))
-    rolled = table.rollback_failed_writes(force=args.force)
+    with commit.open_table(args, options.table_path(args.path)) as table:
+        rolled = table.rollback_failed_writes(force=args.force)
     log_event(log, logging.INFO, "rollback finished", table=table.base_path, rolled_back=rolled)
     _print_json({"rolled_back": rolled})
     return EXIT_OK
@@ -290,8 +295,8 @@ def _plan_summary(table: HudiTable, instant: str | None) -> dict[str, Any]:
 
 
 def cmd_compaction_schedule(args: argparse.Namespace) -> int:
-    table = HudiTable.open(options.table_path(args.path))
-    instant = table.schedule_compaction(_compaction_options(args))
+    with commit.open_table(args, options.table_path(args.path)) as table:
+        instant = table.schedule_compaction(_compaction_options(args))
     summary = _plan_summary(table, instant)
     log_event(log, logging.INFO, "compaction scheduled" if instant else "no compaction due", **summary)
     _print_json(summary)
@@ -305,15 +310,15 @@ def cmd_compaction_run(args: argparse.Namespace) -> int:
     if plan_flags and not args.schedule:
         raise UsageError(f"{', '.join(plan_flags)} applies only with --schedule")
     opts = _compaction_options(args)
-    table = HudiTable.open(options.table_path(args.path))
-    instant = args.instant
-    if args.schedule:
-        instant = table.schedule_compaction(opts)
     started = time.monotonic()
-    if args.engine == "spark":
-        result = engine.run_compaction(args, table.base_path, instant, opts)
-    else:
-        result = table.run_compaction(instant, opts, force=args.force)
+    with commit.open_table(args, options.table_path(args.path)) as table:
+        instant = args.instant
+        if args.schedule:
+            instant = table.schedule_compaction(opts)
+        if args.engine == "spark":
+            result = engine.run_compaction(args, table.base_path, instant, opts, table.commit_protocol)
+        else:
+            result = table.run_compaction(instant, opts, force=args.force)
     if result is None:
         log_event(log, logging.INFO, "no pending compaction", table=table.base_path)
         _print_json({"instant": None, "completion_time": None, "action": None, "operation": "COMPACT"})

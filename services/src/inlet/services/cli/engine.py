@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.dataset as pads
 
+from inlet.core.commit import CommitProtocol
 from inlet.core.errors import SchemaError
 from inlet.core.schema import cast_to, normalize_schema, normalize_type
 from inlet.services.cli import dataio
@@ -168,7 +169,11 @@ def _input_frame(
 
 
 def write(
-    args: argparse.Namespace, path: str, schema: pa.Schema | None, opts: dict[str, str]
+    args: argparse.Namespace,
+    path: str,
+    schema: pa.Schema | None,
+    opts: dict[str, str],
+    commit_protocol: CommitProtocol | None = None,
 ) -> CommitResult | None:
     """Run the write as a Spark job; None when the input holds no records and the operation has
     nothing to do without them (nothing written, as with the local engine)."""
@@ -182,7 +187,14 @@ def write(
                 log.warning("input holds no records; nothing written")
                 return None
         options = {**opts, "hoodie.datasource.write.operation": args.op}
-        return inlet_spark.write(df, path, options, partitions=args.partition, input_schema=input_schema)
+        return inlet_spark.write(
+            df,
+            path,
+            options,
+            partitions=args.partition,
+            input_schema=input_schema,
+            commit_protocol=commit_protocol,
+        )
 
 
 def read(
@@ -215,9 +227,15 @@ def read(
 
 
 def run_compaction(
-    args: argparse.Namespace, path: str, instant: str | None, opts: dict[str, str]
+    args: argparse.Namespace,
+    path: str,
+    instant: str | None,
+    opts: dict[str, str],
+    commit_protocol: CommitProtocol | None = None,
 ) -> CommitResult | None:
     import inlet.core.spark as inlet_spark
 
     with spark_session(args) as spark:
-        return inlet_spark.run_compaction(spark, path, instant, opts, force=args.force)
+        return inlet_spark.run_compaction(
+            spark, path, instant, opts, force=args.force, commit_protocol=commit_protocol
+        )

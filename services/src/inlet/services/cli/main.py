@@ -21,6 +21,7 @@ from inlet.services import logs
 from inlet.services.cli import commands
 from inlet.services.cli.catalog import add_catalog_commands
 from inlet.services.cli.cdc import add_cdc_commands
+from inlet.services.cli.commit import add_coordinator_options
 from inlet.services.cli.coordinator import add_coordinator_commands
 from inlet.services.cli.dataio import INPUT_FORMATS
 from inlet.services.cli.dlq import add_dlq_commands
@@ -332,6 +333,7 @@ def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         help="Hudi write option, e.g. hoodie.parquet.max.file.size=134217728 (repeatable)",
     )
     add_engine_options(p)
+    add_coordinator_options(p)
 
 
 def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
@@ -403,6 +405,7 @@ def _add_rollback(subparsers: argparse._SubParsersAction[ArgumentParser]) -> Non
         action="store_true",
         help="roll back every pending write, even one whose writer may still be running",
     )
+    add_coordinator_options(p)
 
 
 # ------------------------------------------------------------------------------ compaction
@@ -496,6 +499,7 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
     _add_path(sched)
     _add_compaction_plan_options(sched)
     _add_compaction_option(sched)
+    add_coordinator_options(sched)
     run = _add_command(
         sub,
         "run",
@@ -517,6 +521,7 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
     _add_compaction_plan_options(run)
     _add_compaction_option(run)
     add_engine_options(run)
+    add_coordinator_options(run)
     show = _add_command(
         sub,
         "show",
