@@ -64,7 +64,19 @@ KINDS: dict[str, tuple[pa.Table, tuple[str, ...]]] = {
         ),
         ("parquet",),
     ),
-    "uint64": (pa.table({"id": _ids(), "u64": pa.array([0, 1, 2**64 - 1], pa.uint64())}), ("parquet",)),
+    "map": (
+        pa.table({"id": _ids(), "m": pa.array([[("a", 1)], [], None], pa.map_(pa.string(), pa.int64()))}),
+        ("parquet",),
+    ),
+    "decimal256": (
+        pa.table(
+            {
+                "id": _ids(),
+                "d": pa.array([decimal.Decimal("1.5"), None, decimal.Decimal("-2")], pa.decimal256(20, 3)),
+            }
+        ),
+        ("parquet",),
+    ),
     "large": (
         pa.table(
             {
@@ -207,11 +219,29 @@ def test_both_engines_write_the_same_table(spark: Any, tmp_path: Path, kind: str
     assert len(local_rows) == KINDS[kind][0].num_rows
 
 
-def test_both_engines_refuse_uint64_with_the_same_error(spark: Any, tmp_path: Path) -> None:
-    source = _write_input(KINDS["uint64"][0], "parquet", tmp_path / "u64")
-    results = [_write(tmp_path, engine, source)[:2] for engine in ("local", "spark")]
-    assert results[0] == results[1]
-    assert results[0][0] == 1 and "unsigned 64-bit" in results[0][1][0], results
+# inputs no Hudi table can hold: both engines refuse them with the local engine's one-line error
+REFUSED = {
+    "uint64": (pa.array([0, 1, 2**64 - 1], pa.uint64()), "unsigned 64-bit integers are not supported"),
+    "decimal40": (
+        pa.array([decimal.Decimal("1.25")] * 3, pa.decimal256(40, 2)),
+        "decimal(40, 2) exceeds the maximum precision 38",
+    ),
+    "time": (pa.array([dt.time(1, 2)] * 3, pa.time64("us")), "type time64[us] is not supported"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSED))
+def test_both_engines_refuse_the_same_inputs_with_the_same_error(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
+    column, message = REFUSED[kind]
+    source = _write_input(pa.table({"id": _ids(), "x": column}), "parquet", tmp_path / kind)
+    results = [_write(tmp_path, engine, source) for engine in ("local", "spark")]
+    assert results[0][:2] == results[1][:2]
+    code, errors, _ = results[0]
+    assert code == 1 and len(errors) == 1 and message in errors[0], errors
+    for _, _, p in results:
+        assert HudiTable.open(p).instants() == []  # refused before anything was written
 
 
 def test_empty_input_writes_nothing_with_either_engine(spark: Any, tmp_path: Path) -> None:

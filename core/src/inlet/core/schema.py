@@ -26,6 +26,7 @@ META_COLUMNS = (
     "_hoodie_file_name",
 )
 IS_DELETED_COLUMN = "_hoodie_is_deleted"
+MAX_DECIMAL_PRECISION = 38  # Spark's, hudi-rs's (Arrow decimal128) and this reader's
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -58,6 +59,14 @@ def normalize_type(typ: pa.DataType) -> pa.DataType:
         raise SchemaError("unsigned 64-bit integers are not supported by Hudi (no Avro type holds them)")
     if pa.types.is_float16(typ):
         return pa.float32()
+    if pa.types.is_decimal(typ) and not pa.types.is_decimal128(typ):
+        if typ.precision > MAX_DECIMAL_PRECISION:
+            # Avro would take it, but no reader Inlet serves does (nor Inlet's own, nor Spark)
+            raise SchemaError(
+                f"decimal({typ.precision}, {typ.scale}) exceeds the maximum precision "
+                f"{MAX_DECIMAL_PRECISION} of Hudi's readers"
+            )
+        return pa.decimal128(typ.precision, typ.scale)
     if pa.types.is_date64(typ):
         return pa.date32()
     if pa.types.is_dictionary(typ):
