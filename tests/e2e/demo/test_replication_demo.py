@@ -35,6 +35,10 @@ def test_replication_demo_runs_the_main_job_and_proves_it(tmp_path: Path) -> Non
         row = next(line for line in lines if line.strip().startswith(table + " "))
         assert row.split()[-1] == "equal", row
     assert any("commit events on inlet.commits" in line for line in lines)
+    registered = {line.split()[0] for line in lines if line.strip().startswith("app_public.")}
+    assert registered == {
+        f"app_public.{t}{s}" for t in ("customers", "orders", "order_lines") for s in ("", "_ro", "_rt")
+    }
 
     # the lake outlives the stack: 40 customers + the newcomer, an eighth renamed vip, all with tiers
     customers = HudiTable.open(str(stack / "lake" / "app" / "public" / "customers")).read().to_pylist()

@@ -374,6 +374,29 @@ def show_commit_events(bootstrap: str) -> None:
         raise DemoFailed("no commit event reached inlet.commits")
 
 
+def show_catalog(uri: str, database: str, timeout_s: float = 60) -> None:
+    """The Hive Metastore's tables, as catalog sync registered them (HiveSyncTool's names)."""
+    from hmsclient import hmsclient
+
+    host, port = uri.removeprefix("thrift://").rsplit(":", 1)
+    hive_db = f"{database}_public"
+    wanted = {f"{t}{suffix}" for t in TABLES for suffix in ("", "_ro", "_rt")}
+    deadline = time.monotonic() + timeout_s
+    names: set[str] = set()
+    while time.monotonic() < deadline:
+        with hmsclient.HMSClient(host=host, port=int(port)) as client:
+            if hive_db in client.get_all_databases():
+                names = set(client.get_all_tables(hive_db))
+                if wanted <= names:
+                    for name in sorted(names):
+                        table = client.get_table(hive_db, name)
+                        fmt = table.sd.inputFormat.rsplit(".", 1)[-1]
+                        _say(f"   {hive_db}.{name:<16} {len(table.sd.cols):>3} columns  {fmt}")
+                    return
+        time.sleep(1)
+    raise DemoFailed(f"catalog sync registered {sorted(names)} in {hive_db}, expected {sorted(wanted)}")
+
+
 def run(directory: Path, engine: str, scale: int) -> None:
     rng = random.Random(7)
     _heading(
@@ -410,8 +433,14 @@ def run(directory: Path, engine: str, scale: int) -> None:
 
         _heading("5", "Commit events a Kafka subscriber sees")
         show_commit_events(addresses["kafka"]["bootstrap"])
+
+        if "metastore" in addresses:
+            _heading(
+                "6", "The Hive Metastore, kept in step by catalog sync (Merge-on-Read: <t>, <t>_ro, <t>_rt)"
+            )
+            show_catalog(addresses["metastore"]["uri"], database)
     finally:
-        _heading("6", "Stopping the stack")
+        _heading("7", "Stopping the stack")
         _inlet("stack", "down", "--dir", str(directory), timeout=300)
         _say("   stopped")
 

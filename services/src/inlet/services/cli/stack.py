@@ -57,7 +57,8 @@ DESCRIPTION = """\
 Run the whole pipeline on this machine, each part a supervised process on 127.0.0.1:
 PostgreSQL (wal_level=logical) -> Debezium (Kafka Connect) -> Kafka (Tansu, topics kept in a local
 S3 store) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table>, committed
-through the commit coordinator. A process that dies is restarted (logs/supervisor.log says so).
+through the commit coordinator, registered in a Hive Metastore by catalog sync (database
+<db>_<schema>). A process that dies is restarted (logs/supervisor.log says so).
 """
 
 UP_EPILOG = """\

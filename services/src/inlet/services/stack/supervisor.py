@@ -2,8 +2,9 @@
 
 ``inlet stack up`` starts a supervisor in the background (``inlet stack supervise``), which starts,
 in order: PostgreSQL (``wal_level=logical``; the source database and the coordinator's), the S3
-store and the Kafka-protocol broker that keeps its topics there, the commit coordinator, Debezium
-(Kafka Connect standalone with the PostgreSQL connector), the CDC consumer and the writer. Every
+store and the Kafka-protocol broker that keeps its topics there, a Hive Metastore, the commit
+coordinator, Debezium (Kafka Connect standalone with the PostgreSQL connector), the CDC consumer,
+the writer and catalog sync. Every
 one binds 127.0.0.1. The supervisor writes ``stack.json`` (addresses, pids, health) every second,
 restarts a component whose process died (saying so in ``logs/supervisor.log``), and on SIGTERM
 stops them in reverse order. State and logs stay in the directory, and the ports it chose are kept
@@ -63,6 +64,7 @@ class StackConfig:
     buckets: int = 4
     batch_interval_ms: int = 1000
     persistent_kafka: bool = True  # topics kept in the S3 store across restarts
+    catalog: bool = True  # a Hive Metastore kept in step with every commit (inlet catalog run)
 
     @property
     def root(self) -> Path:
@@ -168,6 +170,39 @@ class Stack:
         self.kafka = kafka
         out.append(ServerComponent("kafka", kafka, lambda: {"bootstrap": kafka.bootstrap}))
         return out
+
+    def _metastore(self) -> list[Component]:
+        if not self.config.catalog:
+            return []
+        from inlet.services.stack.metastore import EmbeddedMetastore
+
+        hms = EmbeddedMetastore(self.config.root / "metastore", port=self.ports.get("metastore"))
+        self.metastore = hms
+        return [ServerComponent("metastore", hms, lambda: {"uri": hms.uri})]
+
+    def _catalog(self) -> list[Component]:
+        if not self.config.catalog:
+            return []
+        port = self.ports.get("catalog_metrics")
+        argv = CommandComponent.inlet(
+            "catalog",
+            "run",
+            "--bootstrap",
+            self.kafka.bootstrap,
+            "--metastore",
+            self.metastore.uri,
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
+        )
+        return [
+            CommandComponent(
+                "catalog_sync",
+                argv,
+                self.config.logs / "catalog_sync.log",
+                f"http://127.0.0.1:{port}/healthz",
+            )
+        ]
 
     def _coordinator(self) -> CommandComponent:
         port = self.ports.get("coordinator")
@@ -311,10 +346,12 @@ class Stack:
         builders: list[Callable[[], list[Component]]] = [
             lambda: [self._postgres()],
             self._kafka,
+            self._metastore,
             lambda: [self._coordinator()],
             lambda: [self._debezium()],
             lambda: [self._cdc()],
             lambda: [self._writer()],
+            self._catalog,
         ]
         try:
             for build in builders:
