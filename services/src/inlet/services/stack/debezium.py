@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import importlib.util
 import json
 import logging
@@ -55,12 +54,12 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from inlet.services.stack.java import compiled_launcher, java_tool
 from inlet.services.stack.processes import LOOPBACK, StackError, free_port, stop_process_group
 
 _log = logging.getLogger(__name__)
 
 DEBEZIUM_LIBS_ENV = "INLET_DEBEZIUM_LIBS"
-CACHE_DIR_ENV = "INLET_CACHE_DIR"
 LAUNCHER_CLASS = "InletConnectStandalone"
 _LAUNCHER_SOURCE = Path(__file__).with_name(f"{LAUNCHER_CLASS}.java")
 _PG_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -114,59 +113,6 @@ def debezium_libs() -> Path:
     if not any(path.glob("connect-runtime-*.jar")) or not any(path.glob("debezium-connector-postgres-*.jar")):
         raise StackError(f"{path} lacks connect-runtime / debezium-connector-postgres jars")
     return path
-
-
-def java_tool(name: str) -> Path:
-    """``$JAVA_HOME/bin/NAME``, else NAME on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / name).is_file():
-        return Path(java_home) / "bin" / name
-    found = shutil.which(name)
-    if not found:
-        raise StackError(
-            f"{name} not found: install a JDK 17+ (Debian: openjdk-17-jdk-headless) or set JAVA_HOME"
-        )
-    return Path(found)
-
-
-def _cache_root() -> Path:
-    configured = os.environ.get(CACHE_DIR_ENV)
-    if configured:
-        return Path(configured)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "inlet"
-
-
-def compiled_launcher(libs: Path) -> Path:
-    """A directory holding ``InletConnectStandalone.class`` compiled against ``libs`` (cached, built once)."""
-    source = _LAUNCHER_SOURCE.read_bytes()
-    digest = hashlib.sha256(source)
-    for jar in sorted(p.name for p in libs.glob("*.jar")):
-        digest.update(jar.encode())
-    target = _cache_root() / "connect-launcher" / digest.hexdigest()[:16]
-    if (target / f"{LAUNCHER_CLASS}.class").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
-    try:
-        done = subprocess.run(
-            [str(java_tool("javac")), "-nowarn", "-d", str(build), "-cp", f"{libs}/*", str(_LAUNCHER_SOURCE)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise StackError(
-                f"javac failed ({done.returncode}) for {_LAUNCHER_SOURCE}:\n{done.stderr[-3000:]}"
-            )
-        try:
-            build.rename(target)  # atomic; a concurrent build that won the race is just as good
-        except OSError:
-            if not (target / f"{LAUNCHER_CLASS}.class").is_file():
-                raise
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-    return target
 
 
 def _pg_name(text: str) -> str:
@@ -389,7 +335,7 @@ class EmbeddedDebezium:
         if self.is_running:
             return self
         libs = debezium_libs()
-        launcher = compiled_launcher(libs)
+        launcher = compiled_launcher(_LAUNCHER_SOURCE, libs, "connect-launcher")
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="inlet-debezium-"))
         self._dir.mkdir(parents=True, exist_ok=True)

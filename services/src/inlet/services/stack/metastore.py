@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import importlib.util
 import logging
 import os
@@ -45,7 +44,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
-from inlet.services.stack.debezium import java_tool
+from inlet.services.stack.java import compiled_launcher, java_tool
 from inlet.services.stack.processes import (
     LOOPBACK,
     StackError,
@@ -62,7 +61,6 @@ _log = logging.getLogger(__name__)
 
 HIVE_JARS_ENV = "INLET_HIVE_JARS"
 METASTORE_URI_ENV = "INLET_TEST_METASTORE_URI"
-CACHE_DIR_ENV = "INLET_CACHE_DIR"
 LAUNCHER_CLASS = "InletHiveMetastore"
 _LAUNCHER_SOURCE = Path(__file__).with_name(f"{LAUNCHER_CLASS}.java")
 _SERVING_MARK = "INLET-HMS-SERVING"
@@ -94,45 +92,6 @@ def hive_jars() -> Path:
     if not any(path.glob("hive-metastore-*.jar")) or not any(path.glob("derby-*.jar")):
         raise StackError(f"{path} lacks hive-metastore / derby jars")
     return path
-
-
-def _cache_root() -> Path:
-    configured = os.environ.get(CACHE_DIR_ENV)
-    if configured:
-        return Path(configured)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "inlet"
-
-
-def compiled_launcher(jars: Path) -> Path:
-    """A directory holding ``InletHiveMetastore.class`` compiled against ``jars`` (cached, built once)."""
-    digest = hashlib.sha256(_LAUNCHER_SOURCE.read_bytes())
-    for jar in sorted(p.name for p in jars.glob("*.jar")):
-        digest.update(jar.encode())
-    target = _cache_root() / "metastore-launcher" / digest.hexdigest()[:16]
-    if (target / f"{LAUNCHER_CLASS}.class").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
-    try:
-        done = subprocess.run(
-            [str(java_tool("javac")), "-nowarn", "-d", str(build), "-cp", f"{jars}/*", str(_LAUNCHER_SOURCE)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise StackError(
-                f"javac failed ({done.returncode}) for {_LAUNCHER_SOURCE}:\n{done.stderr[-3000:]}"
-            )
-        try:
-            build.rename(target)  # atomic; a concurrent build that won the race is just as good
-        except OSError:
-            if not (target / f"{LAUNCHER_CLASS}.class").is_file():
-                raise
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
-    return target
 
 
 def hive_site(values: Mapping[str, str]) -> str:
@@ -270,7 +229,7 @@ class EmbeddedMetastore:
         if self._proc is not None and self._proc.poll() is None:
             return self
         jars = hive_jars()
-        launcher = compiled_launcher(jars)
+        launcher = compiled_launcher(_LAUNCHER_SOURCE, jars, "metastore-launcher")
         if self._data_dir is None:
             self._data_dir = Path(tempfile.mkdtemp(prefix="inlet-hms-"))
         self._data_dir.mkdir(parents=True, exist_ok=True)
