@@ -66,7 +66,7 @@ from inlet.core import HudiTable
 from inlet.core.instant import parse_instant_time
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.stack.postgres import EmbeddedPostgres
-from inlet.services.stack.supervisor import PORTS_FILE, Ports
+from inlet.services.stack.supervisor import PID_FILE, PORTS_FILE, Ports, StackConfig
 
 DATABASE = "app"
 SNAP_TABLE = "snap"
@@ -128,8 +128,9 @@ ROW_EXPR = """
     DATE '1970-01-01' + (i % 20000)::int,
     TIMESTAMP '2024-01-01' + make_interval(secs => i % 10000000),
     now(), md5(i::text)::uuid, (i % 30000)::smallint, (i % 997) / 7.0,
-    repeat('x', 20 + (i % 40)), 'C' || (i % 100000), (i % 5)::int, 1
+    repeat('x', (20 + i % 40)::int), 'C' || (i % 100000), (i % 5)::int, 1::bigint
 """
+ROW_EXPR_PARAM = ROW_EXPR.replace("%", "%%")  # in a statement with parameters
 
 
 def create_table(conn: psycopg.Connection[Any], name: str) -> None:
@@ -163,13 +164,17 @@ def inlet_cli(*args: str, timeout: float = 600) -> str:
 class StackRun:
     """One stack directory: prepare PostgreSQL alone, then ``stack up``; ``down`` always, idempotently."""
 
-    def __init__(self, directory: Path, engine: str, batch_interval_ms: int | None) -> None:
+    def __init__(
+        self, directory: Path, engine: str, batch_interval_ms: int | None, kafka_storage: str = "s3"
+    ) -> None:
         self.dir = directory
         self.engine = engine
         self.batch_interval_ms = batch_interval_ms
+        self.kafka_storage = kafka_storage
         self.addresses: dict[str, Any] = {}
         self.started = False
         self.pg: EmbeddedPostgres | None = None
+        self.supervisor: subprocess.Popen[bytes] | None = None  # when this process started it
 
     def prepare_source(self, rows: int) -> float:
         """Start PostgreSQL alone where the stack will run it, create + fill the snapshot table, stop it."""
@@ -201,6 +206,37 @@ class StackRun:
         args = ["stack", "up", "--dir", str(self.dir), "--engine", self.engine, "--database", DATABASE]
         if self.batch_interval_ms is not None:
             args += ["--batch-interval-ms", str(self.batch_interval_ms)]
+        if self.kafka_storage == "memory":
+            # `stack up` has no flag for it: save the configuration with persistent_kafka=False and
+            # start the supervisor as `up` would; `up` then finds it running and waits for it
+            config = StackConfig(
+                dir=str(self.dir.resolve()),
+                database=DATABASE,
+                engine=self.engine,
+                persistent_kafka=False,
+                **({"batch_interval_ms": self.batch_interval_ms} if self.batch_interval_ms else {}),
+            )
+            config.save()
+            (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+            with open(self.dir / "logs" / "supervisor.log", "ab") as log:
+                proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "inlet.services.cli.main",
+                        "stack",
+                        "supervise",
+                        "--dir",
+                        str(self.dir.resolve()),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                    env={**os.environ, "INLET_LOG_FORMAT": "json", "INLET_LOG_LEVEL": "INFO"},
+                )
+            (self.dir / PID_FILE).write_text(str(proc.pid))
+            self.supervisor = proc
         out = inlet_cli(*args, timeout=900)
         self.addresses = json.loads(out.strip().splitlines()[-1])
         return self.addresses
@@ -213,6 +249,18 @@ class StackRun:
         if not self.started:
             return
         self.started = False
+        if self.supervisor is not None:  # our child: stop and reap it here (`stack down` would see a zombie)
+            proc, self.supervisor = self.supervisor, None
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=180)
+                except subprocess.TimeoutExpired:
+                    say("the stack supervisor did not stop in 180 s; killing it")
+                    proc.kill()
+                    proc.wait()
+            (self.dir / PID_FILE).unlink(missing_ok=True)
+            return
         try:
             inlet_cli("stack", "down", "--dir", str(self.dir), timeout=300)
         except Exception as e:  # last resort: the supervisor's process group
@@ -458,14 +506,17 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
             dbz = high_watermark(consumer, table_id) or 0
             cdc = high_watermark(consumer, f"inlet.changes.{table_id}") or 0
             written = msum(scrape(writer_url), "inlet_writer_records_written_total", table_id)
-            if dbz >= rows:
+            # Tansu's high watermark may trail by one per partition: allow that slack
+            if dbz >= rows - 1:
                 reached.setdefault("debezium", now)
-            if cdc >= rows:
+            if cdc >= rows - 8:
                 reached.setdefault("cdc", now)
             if written > 0 and first_commit is None:
                 first_commit = now
             if written >= rows:
                 reached.setdefault("writer", now)
+                reached.setdefault("cdc", now)  # (sampled too late to see it fill up)
+                reached.setdefault("debezium", now)
                 t = HudiTable.open(str(path))
                 n = t.read(columns=["id"], meta_columns=False).num_rows
                 if n >= rows:
@@ -564,21 +615,23 @@ class LoadGen:
                 self.next_id += n_ins
                 upd = self._pick(n_upd)
                 dels = self._pick(n_del)
-                txid = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]  # type: ignore[index]
-                conn.execute(
-                    f"INSERT INTO {BENCH_TABLE} SELECT i, %s, {ROW_EXPR} FROM unnest(%s::bigint[]) AS i",
-                    (s, ins),
-                )
-                if upd:
-                    conn.execute(
-                        f"UPDATE {BENCH_TABLE} SET seq = %s, score = random(), updated_at = now(), "
-                        "qty = (qty + 1) % 30000, version = version + 1, note = md5(random()::text) "
-                        "WHERE id = ANY(%s)",
-                        (s, upd),
+                with conn.pipeline():  # one round trip per transaction
+                    cur = conn.execute(
+                        f"INSERT INTO {BENCH_TABLE} SELECT i, %s, {ROW_EXPR_PARAM} "
+                        "FROM unnest(%s::bigint[]) AS i RETURNING pg_current_xact_id()::text::bigint",
+                        (s, ins),
                     )
-                if dels:
-                    conn.execute(f"DELETE FROM {BENCH_TABLE} WHERE id = ANY(%s)", (dels,))
-                conn.commit()
+                    if upd:
+                        conn.execute(
+                            f"UPDATE {BENCH_TABLE} SET seq = %s, score = random(), updated_at = now(), "
+                            "qty = (qty + 1) %% 30000, version = version + 1, note = md5(random()::text) "
+                            "WHERE id = ANY(%s)",
+                            (s, upd),
+                        )
+                    if dels:
+                        conn.execute(f"DELETE FROM {BENCH_TABLE} WHERE id = ANY(%s)", (dels,))
+                    conn.commit()
+                txid = cur.fetchone()[0]  # type: ignore[index]
                 self.commit_at[s] = time.time()
                 self.txid_of[s] = int(txid)
                 n = len(ins) + len(upd) + len(dels)
@@ -683,9 +736,18 @@ def measure_rate(
                 writer_lat.append(t_commit - t_cdc)
     first_pg = gen.commit_at.get(first, wall_start)
     lake_rate = changes / (last_visible - first_pg) if last_visible and last_visible > first_pg else None
-    p50 = pct(fresh_commit, 0.5) or 0.0
     drain_s = (drained_at - t_end) if drained_at else None
-    kept_up = drain_s is not None and drain_s <= max(5.0, 2 * p50)
+    # kept up: the backlog at the end drained within 10 s and freshness did not grow during the run
+    tenth = max(1, len(fresh_commit) // 10)
+    early = pct(fresh_commit[:tenth], 0.5)
+    late = pct(fresh_commit[-tenth:], 0.5)
+    kept_up = (
+        drain_s is not None
+        and drain_s <= 10.0
+        and early is not None
+        and late is not None
+        and late <= early + 5.0
+    )
     wf = histogram(w0, w1, "inlet_writer_freshness_seconds", table_id)
     wb = histogram(w0, w1, "inlet_writer_batch_seconds", table_id)
     commits = msum(w1, "inlet_writer_commits_total", table_id) - msum(
@@ -715,6 +777,8 @@ def measure_rate(
         "backlog_at_end_changes": backlog_changes,
         "backlog_at_end_transactions": backlog_txs,
         "drain_s": drain_s,
+        "freshness_first_tenth_p50": early,
+        "freshness_last_tenth_p50": late,
         "kept_up": kept_up,
         "writer_freshness_hist": wf,
         "writer_batch_hist": wb,
@@ -807,8 +871,8 @@ def render(results: dict[str, Any]) -> str:
         "## Sustained changes",
         "",
         "| engine | offered/s | achieved/s | lake/s | fresh p50 | fresh p99 | fresh max | probe p50/p99 "
-        "| writer hist p50/p99 | backlog@end | drain | kept up | p99 target | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| writer hist p50/p99 | backlog@end | drain | fresh p50 first/last 10% | kept up | p99 target | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for eng, r in results["engines"].items():
         for s in r.get("steady", []):
@@ -820,7 +884,8 @@ def render(results: dict[str, Any]) -> str:
                 f"| {eng} | {s['rate']:,} | {_n(s['achieved_per_s'])} | {_n(s['lake_per_s'])} | "
                 f"{_f(fc['p50'])} | {_f(fc['p99'])} | {_f(fc['max'])} | {_f(fp['p50'])} / {_f(fp['p99'])} | "
                 f"{_f(wf['p50'])} / {_f(wf['p99'])} | {_n(s['backlog_at_end_changes'])} | "
-                f"{_f(s['drain_s'])} | {'yes' if s['kept_up'] else 'NO'} | {target or '-'} | "
+                f"{_f(s['drain_s'])} | {_f(s['freshness_first_tenth_p50'])} / {_f(s['freshness_last_tenth_p50'])} | "
+                f"{'yes' if s['kept_up'] else 'NO'} | {target or '-'} | "
                 f"{s['load_avg_1m']:.1f} |"
             )
     lines += [
@@ -880,7 +945,7 @@ def run_engine(engine: str, args: argparse.Namespace, root: Path, stop: threadin
     directory = root / engine
     if directory.exists():
         shutil.rmtree(directory)
-    stack = StackRun(directory, engine, args.batch_interval_ms)
+    stack = StackRun(directory, engine, args.batch_interval_ms, args.kafka_storage)
     out: dict[str, Any] = {"dir": str(directory)}
     try:
         if args.snapshot_rows > 0:
@@ -909,11 +974,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--seed-rows", type=int, default=20_000, help="rows in the sustained-load table at start")
     p.add_argument("--batch-interval-ms", type=int, default=None, help="the writer's (stack default: 1000)")
-    p.add_argument("--probe-interval", type=float, default=0.25, help="seconds between lake reads")
+    p.add_argument("--probe-interval", type=float, default=1.0, help="seconds between lake reads")
     p.add_argument(
         "--drain-timeout", type=float, default=180, help="seconds to wait for the lake to catch up"
     )
     p.add_argument("--snapshot-timeout", type=float, default=900, help="seconds to wait for the snapshot")
+    p.add_argument(
+        "--kafka-storage",
+        choices=("s3", "memory"),
+        default="s3",
+        help="the broker's storage: s3 (what `inlet stack up` runs) or memory (persistent_kafka=False)",
+    )
     p.add_argument("--no-markers", action="store_true", help="skip the Kafka marker listener (stage split)")
     p.add_argument("--dir", type=Path, help="stack directories go under DIR/<engine> (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
