@@ -73,11 +73,16 @@ _PG_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: idempotent producer did deliver against Tansu in a trial, but exactly-once comes from idempotent Hudi
 #: writes and the checkpoint in the commit, not from the producer. ``acks=all`` with one request in flight
 #: keeps a partition's events in order across retries (at-least-once: a retry may duplicate).
+#: With one request in flight, throughput is records-per-request / round trip: the default 16 KB
+#: ``batch.size`` holds only 2-3 change events of a 20-column table (JSON with schemas, ~5.5 KB each),
+#: which capped an initial snapshot at ~650 rows/s (benchmarks/replication.py); 512 KB batches fill
+#: only when events queue up (``linger.ms`` still bounds the wait), so latency is unchanged.
 PRODUCER_SETTINGS: dict[str, str] = {
     "producer.enable.idempotence": "false",
     "producer.acks": "all",
     "producer.max.in.flight.requests.per.connection": "1",
     "producer.linger.ms": "5",
+    "producer.batch.size": "524288",
 }
 
 _LOG4J2 = """\
