@@ -481,6 +481,24 @@ class LakeProbe(threading.Thread):
 # ---------------------------------------------------------------------- initial snapshot
 
 
+def debezium_snapshot_times(log: Path) -> tuple[float | None, float | None]:
+    """When Debezium started snapshotting data and when it finished (its log; local time = UTC here)."""
+    start = done = None
+    try:
+        for line in log.read_text(errors="replace").splitlines():
+            if "Snapshot step 7" in line or "Snapshot completed" in line:
+                stamp = line[1:24]  # [2026-11-24 12:07:25,222]
+                t = time.mktime(time.strptime(stamp[:19], "%Y-%m-%d %H:%M:%S")) + int(stamp[20:23]) / 1000
+                t -= time.timezone if time.daylight == 0 else time.altzone
+                if "step 7" in line:
+                    start = t
+                else:
+                    done = t
+    except OSError:
+        pass
+    return start, done
+
+
 def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, Any]:
     table_id = f"{DATABASE}.public.{SNAP_TABLE}"
     say(f"snapshot: filling {rows:,} rows into PostgreSQL (stack not running yet)")
@@ -493,6 +511,7 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
     consumer = kafka_consumer(stack.bootstrap)
     path = stack.lake / DATABASE / "public" / SNAP_TABLE
     reached: dict[str, float] = {}
+    last_dbz = last_cdc = 0
     first_commit: float | None = None
     visible_at: float | None = None
     confirmed_at: float | None = None
@@ -507,16 +526,15 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
             cdc = high_watermark(consumer, f"inlet.changes.{table_id}") or 0
             written = msum(scrape(writer_url), "inlet_writer_records_written_total", table_id)
             # Tansu's high watermark may trail by one per partition: allow that slack
-            if dbz >= rows - 1:
-                reached.setdefault("debezium", now)
-            if cdc >= rows - 8:
-                reached.setdefault("cdc", now)
+            # a stage is done when its topic stops growing (Tansu's high watermark may trail a little)
+            if dbz > last_dbz:
+                last_dbz, reached["debezium"] = dbz, now
+            if cdc > last_cdc:
+                last_cdc, reached["cdc"] = cdc, now
             if written > 0 and first_commit is None:
                 first_commit = now
             if written >= rows:
                 reached.setdefault("writer", now)
-                reached.setdefault("cdc", now)  # (sampled too late to see it fill up)
-                reached.setdefault("debezium", now)
                 t = HudiTable.open(str(path))
                 n = t.read(columns=["id"], meta_columns=False).num_rows
                 if n >= rows:
@@ -539,7 +557,10 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
     commits = msum(after, "inlet_writer_commits_total", table_id)
     comp = histogram({}, after, "inlet_writer_compaction_seconds", table_id)
     total = (visible_at - t_start) if visible_at else None
+    dbz_log = debezium_snapshot_times(stack.dir / "debezium" / "connect.log")
     res = {
+        "debezium_snapshot_start_s": dbz_log[0] - t_start if dbz_log[0] else None,
+        "debezium_snapshot_done_s": dbz_log[1] - t_start if dbz_log[1] else None,
         "rows": rows,
         "fill_s": fill_s,
         "stack_up_s": t_up - t_start,
@@ -916,16 +937,18 @@ def render(results: dict[str, Any]) -> str:
         "",
         "## Initial snapshot",
         "",
-        "| engine | rows | stack up | Debezium topic full | CDC topic full | first lake commit | writer done "
+        "| engine | rows | stack up | Debezium snapshot start/done | Debezium topic full | CDC topic full "
+        "| first lake commit | writer done "
         "| all visible | rows/s | commits | batch mean/p99 | compactions (s) | < 2 min | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for eng, r in results["engines"].items():
         s = r.get("snapshot")
         if not s:
             continue
         lines.append(
-            f"| {eng} | {s['rows']:,} | {_f(s['stack_up_s'])} | {_f(s['debezium_all_s'])} | "
+            f"| {eng} | {s['rows']:,} | {_f(s['stack_up_s'])} | "
+            f"{_f(s.get('debezium_snapshot_start_s'))} / {_f(s.get('debezium_snapshot_done_s'))} | {_f(s['debezium_all_s'])} | "
             f"{_f(s['cdc_all_s'])} | {_f(s['first_lake_commit_s'])} | {_f(s['writer_all_s'])} | "
             f"{_f(s['visible_s'])} | {_n(s['rows_per_s'])} | {int(s['commits'])} | "
             f"{_f(s['batch_mean_s'])} / {_f(s['batch_p99_s'])} | {int(s['compactions'])} ({_f(s['compaction_s'])}) | "
