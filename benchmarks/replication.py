@@ -347,6 +347,53 @@ def histogram(before: Samples, after: Samples, name: str, table: str) -> dict[st
     return out
 
 
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """{pid: (ppid, cpu seconds)} of every process (user + system time)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def component_cpu(stack_dir: Path) -> dict[str, float]:
+    """CPU seconds used so far by each stack component's process tree (from stack.json's pids)."""
+    try:
+        state = json.loads((stack_dir / "stack.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    procs = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[str, float] = {}
+    for c in state.get("components", []):
+        pid = c.get("pid")
+        if not pid or pid not in procs:
+            continue
+        total, todo = 0.0, [pid]
+        while todo:
+            p = todo.pop()
+            total += procs.get(p, (0, 0.0))[1]
+            todo.extend(children.get(p, []))
+        out[c["name"]] = total
+    t = os.times()
+    out["benchmark"] = t.user + t.system  # this process: load generator, lake probe, marker listener
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float], seconds: float) -> dict[str, float]:
+    """Cores used by each component between two samples (CPU seconds / wall seconds)."""
+    return {k: round((after[k] - before.get(k, 0.0)) / seconds, 2) for k in after if seconds > 0}
+
+
 # ---------------------------------------------------------------------- Kafka helpers
 
 
@@ -508,6 +555,7 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
     stack.up()
     t_up = time.time()
     say(f"snapshot: stack healthy after {t_up - t_start:.1f}s")
+    cpu0 = component_cpu(stack.dir)
     consumer = kafka_consumer(stack.bootstrap)
     path = stack.lake / DATABASE / "public" / SNAP_TABLE
     reached: dict[str, float] = {}
@@ -552,6 +600,8 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
             time.sleep(0.5)
     finally:
         consumer.close()
+    cores = cpu_delta(cpu0, component_cpu(stack.dir), time.time() - t_up)
+    say(f"snapshot: cores used per component after the stack was up: {cores}")
     after = scrape(writer_url)
     batch = histogram({}, after, "inlet_writer_batch_seconds", table_id)
     commits = msum(after, "inlet_writer_commits_total", table_id)
@@ -577,6 +627,7 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
         "compactions": comp["count"],
         "compaction_s": (comp["mean"] or 0) * comp["count"],
         "load_avg_1m": statistics.mean(loads) if loads else os.getloadavg()[0],
+        "cores_by_component": cores,
         "met_target": total is not None and total < TARGET_SNAPSHOT_S,
     }
     say(
@@ -696,6 +747,7 @@ def measure_rate(
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    cpu0 = component_cpu(stack.dir)
     wall_start = time.time()
     try:
         changes, elapsed, first, last = gen.run(rate, seconds, stop)
@@ -714,6 +766,8 @@ def measure_rate(
     while probe.max_seq < last and time.time() < deadline and not stop.is_set():
         time.sleep(0.2)
     drained_at = time.time() if probe.max_seq >= last else None
+    cores = cpu_delta(cpu0, component_cpu(stack.dir), time.time() - wall_start)
+    say(f"rate {rate:,}/s: cores used per component (load + drain): {cores}")
     w1, c1 = scrape(w_url), scrape(c_url)
     loads.append(os.getloadavg()[0])
 
@@ -810,6 +864,7 @@ def measure_rate(
         "compaction_s": (comp["mean"] or 0) * comp["count"],
         "cdc_events_in": cdc_in,
         "table_rows": probe.rows,
+        "cores_by_component": cores,
         "load_avg_1m": statistics.mean(loads),
     }
     fc = res["freshness_commit"]
@@ -955,6 +1010,21 @@ def render(results: dict[str, Any]) -> str:
             f"{'met' if s['met_target'] else 'MISSED'} | {s['load_avg_1m']:.1f} |"
         )
     lines += ["", "Times in the snapshot table are from `inlet stack up` (which starts every process)."]
+    names = ["postgres", "debezium", "kafka", "s3", "cdc_consumer", "writer", "coordinator"]
+    names += ["metastore", "catalog_sync", "benchmark"]
+    lines += [
+        "",
+        "### CPU cores used per component (process tree CPU s / wall s; the machine has 2)",
+        "",
+        "| engine | phase | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for eng, r in results["engines"].items():
+        phases = [(f"snapshot {r['snapshot']['rows']:,}", r["snapshot"])] if r.get("snapshot") else []
+        phases += [(f"{s['rate']:,}/s", s) for s in r.get("steady", [])]
+        for label, ph in phases:
+            cores = ph.get("cores_by_component") or {}
+            lines.append(f"| {eng} | {label} | " + " | ".join(_f(cores.get(n), "") for n in names) + " |")
     for eng, r in results["engines"].items():
         if r.get("error"):
             lines.append(f"\n{eng}: ERROR {r['error']}")
