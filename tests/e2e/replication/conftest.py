@@ -195,8 +195,13 @@ class RunningStack:
 
 def _supervised(persistent_kafka: bool) -> Iterator[RunningStack]:
     root = Path(tempfile.mkdtemp(prefix="inlet-e2e-"))
+    # without catalog sync and its metastore: nothing here reads the catalog (test_stack_cli runs them)
     config = StackConfig(
-        dir=str(root), database=DATABASE, batch_interval_ms=500, persistent_kafka=persistent_kafka
+        dir=str(root),
+        database=DATABASE,
+        batch_interval_ms=500,
+        persistent_kafka=persistent_kafka,
+        catalog=False,
     )
     config.save()
     running = RunningStack(config)

@@ -17,6 +17,7 @@ from conftest import (
     wait_for_lake,
 )
 
+from inlet.core import HudiTable
 from inlet.core.faults import AFTER_DATA_FILES, BEFORE_COMPLETE
 from inlet.services.writer.service import AFTER_COMMIT
 
@@ -76,6 +77,13 @@ def test_exactly_once_under_faults(durable_stack: RunningStack) -> None:
     assert after["writer"] - before["writer"] >= 2 * 3
     for n in ("cdc_consumer", "kafka", "coordinator", "debezium"):
         assert after[n] - before[n] >= 1, n
+    # the two crashes before a completed commit left instants that were (or wait to be) rolled back
+    unfinished = 0
+    for t in w.tables:
+        for i in HudiTable.open(str(stack.table_path(t))).instants():
+            done = str(i.state).endswith("COMPLETED")
+            unfinished += (i.action == "rollback" and done) or (i.action == "deltacommit" and not done)
+    assert unfinished >= 2, "the writer never died with a write in flight"
     for t in w.tables:
         compare_inlet(stack, t)
         check_offsets(stack.table_path(t))
