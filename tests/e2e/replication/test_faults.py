@@ -40,15 +40,17 @@ def _crash_writer_at(stack: RunningStack, point: str) -> None:
 
 
 def test_exactly_once_under_faults(durable_stack: RunningStack) -> None:
-    """While a workload runs, one fault after another: the writer SIGKILLed at a random moment (three
-    times), each time restarted to die at ``after_data_files`` (mid-batch: files written, nothing committed), ``before_complete``
-    (mid-commit: the instant is inflight, completion not yet asked for) and ``writer_after_commit``
-    (the commit landed, nothing else recorded: its in-memory positions are lost); the CDC consumer
-    SIGKILLed; the broker (its topics in the S3 store), the coordinator and Debezium (Kafka Connect)
-    SIGKILLed and restarted by the supervisor. Afterwards every table equals PostgreSQL (Inlet's
-    reader; hudi-rs's reader 2 for the two tables without TOAST), no record key is duplicated, and no two
-    commits of a table consumed the same Kafka offset (a batch committed twice would); a lost
-    change shows as a missing row, a stale value (every update bumps a value) or an extra row."""
+    """While a workload runs, one fault after another: the writer SIGKILLed at a random moment
+    (three times), each time restarted to die at one fault point: ``after_data_files`` (mid-batch:
+    files written, nothing committed), ``before_complete`` (mid-commit: the instant is inflight,
+    completion not yet asked for), ``writer_after_commit`` (the commit landed, nothing else
+    recorded: its in-memory positions are lost); the CDC consumer SIGKILLed; the broker (its topics
+    in the S3 store), the coordinator and Debezium (Kafka Connect) SIGKILLed and restarted by the
+    supervisor. Afterwards every table equals PostgreSQL (Inlet's reader; hudi-rs's reader 2 for
+    the two tables without TOAST), no record key is duplicated, the crashes before a commit left
+    rolled-back (or still pending) writes, and no two commits of a table consumed the same Kafka
+    offset (a batch committed twice would). A lost change shows as a missing row, a stale value
+    (updates bump values) or an extra row."""
     stack = durable_stack
     w = start_tables(stack, "ft_", seed=22)
     # about 25 changes/s until the last fault is over
