@@ -42,6 +42,7 @@ CONFIG_FILE = "config.json"
 PID_FILE = "supervisor.pid"
 COORDINATOR_DB = "inlet_coordinator"
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
+STABLE_AFTER_S = 60.0  # a component that ran this long before dying is restarted without backoff
 # One broker on loopback: a short session timeout (Tansu makes a joining member wait half of it)
 # and a frequent metadata refresh, so a table created in PostgreSQL reaches the lake in seconds
 # (its Debezium and change topics are found by pattern subscriptions).
@@ -385,6 +386,8 @@ class Stack:
 
     def _supervise(self, stop: StopSignal) -> None:
         next_try: dict[str, float] = {}
+        quick_deaths: dict[str, int] = {}  # deaths in a row, each soon after its restart: the backoff step
+        restarted_at: dict[str, float] = {}
         while not stop.wait(1.0):
             for c in self.components:
                 if c.alive():
@@ -397,7 +400,11 @@ class Stack:
                     _log, logging.WARNING, "component died; restarting", component=c.name, restarts=n + 1
                 )
                 self.restarts[c.name] = n + 1
-                next_try[c.name] = now + RESTART_BACKOFF_S[min(n, len(RESTART_BACKOFF_S) - 1)]
+                ran = now - restarted_at.get(c.name, float("-inf"))
+                step = 0 if ran >= STABLE_AFTER_S else quick_deaths.get(c.name, 0) + 1
+                quick_deaths[c.name] = step
+                restarted_at[c.name] = now
+                next_try[c.name] = now + RESTART_BACKOFF_S[min(step, len(RESTART_BACKOFF_S) - 1)]
                 try:
                     c.stop()  # reap what is left of it
                     c.start()
