@@ -32,6 +32,13 @@ the writer, every process on 127.0.0.1) in a fresh directory and measures:
    Freshness = lake commit completion (or probe read) minus PostgreSQL commit, per transaction.
    "kept up" = the lake had every change within ``max(5 s, 2 x p50)`` after the load stopped.
 
+Also printed: the CPU cores each component's process tree used in each phase (from the pids in
+``stack.json``; "benchmark" is this process: load generator, probe and listener together).
+
+``--kafka-storage s3`` (default) runs the broker as ``inlet stack up`` does, its topics in the local S3
+store; ``memory`` starts the same stack with ``persistent_kafka=False`` (``stack up`` has no flag for it,
+so the benchmark saves the configuration and starts ``inlet stack supervise`` itself).
+
 Targets (issue 11): p99 freshness < 5 s at 2,000 changes/s; 1M-row initial load < 2 minutes.
 Progress goes to stderr; the table (markdown) to stdout. The stack is stopped on exit, Ctrl-C or failure.
 """
