@@ -128,9 +128,18 @@ class OutRecord:
 
 
 def read_all(
-    bootstrap: str, topics: Iterable[str], *, idle_s: float = 2.0, min_count: int = 0, timeout_s: float = 60.0
+    bootstrap: str,
+    topics: Iterable[str],
+    *,
+    idle_s: float = 2.0,
+    min_count: int = 0,
+    timeout_s: float = 60.0,
+    require_all_topics: bool = True,
 ) -> list[OutRecord]:
-    """Every record of ``topics`` from the start; returns once ``min_count`` are read and none came for ``idle_s``."""
+    """Every record of ``topics`` from the start; returns once ``min_count`` are read and none came for ``idle_s``.
+
+    With ``require_all_topics=False`` a topic that does not exist after a short wait is read as empty
+    (e.g. a table whose first change was never relayed before a stop)."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -142,13 +151,19 @@ def read_all(
     wanted = list(topics)
     deadline = time.monotonic() + timeout_s
     tps: list[TopicPartition] = []
-    while time.monotonic() < deadline:  # wait until every topic exists
+    topic_deadline = deadline if require_all_topics else time.monotonic() + min(10.0, timeout_s)
+    while time.monotonic() < topic_deadline:  # wait until every topic exists
         meta = c.list_topics(timeout=10)
         found = [meta.topics.get(t) for t in wanted]
         if all(tm is not None and tm.error is None and tm.partitions for tm in found):
-            tps = [TopicPartition(t, p, 0) for t in wanted for p in meta.topics[t].partitions]
             break
         time.sleep(0.2)
+    present = [
+        t for t in wanted if (tm := meta.topics.get(t)) is not None and tm.error is None and tm.partitions
+    ]
+    if require_all_topics and len(present) < len(wanted):
+        present = []
+    tps = [TopicPartition(t, p, 0) for t in present for p in meta.topics[t].partitions]
     out: list[OutRecord] = []
     try:
         if not tps:

@@ -47,7 +47,14 @@ def _source_offsets(records: list[InRecord]) -> set[tuple[str, int]]:
 
 
 def _outputs(bootstrap: str, topics: list[str], min_count: int) -> list:  # type: ignore[type-arg]
-    return read_all(bootstrap, [f"inlet.changes.{t}" for t in topics], min_count=min_count, timeout_s=120)
+    # a table none of whose changes was relayed before a stop has no output topic yet
+    return read_all(
+        bootstrap,
+        [f"inlet.changes.{t}" for t in topics],
+        min_count=min_count,
+        timeout_s=120,
+        require_all_topics=False,
+    )
 
 
 def test_sigkill_mid_stream_then_restart_loses_nothing(kafka_server: EmbeddedKafka, tmp_path: Path) -> None:
