@@ -276,6 +276,12 @@ class Stack:
             "cdc_consumer", argv, self.config.logs / "cdc_consumer.log", f"http://127.0.0.1:{port}/healthz"
         )
 
+    def _table_config(self) -> Path:
+        """The writer's table rules: every table of the stack with ``--buckets`` buckets."""
+        path = self.config.root / "tables.json"
+        path.write_text(json.dumps([{"match": "*", "buckets": self.config.buckets}], indent=2))
+        return path
+
     def _writer(self) -> CommandComponent:
         port = self.ports.get("writer_metrics")
         argv = CommandComponent.inlet(
@@ -293,6 +299,8 @@ class Stack:
             str(self.config.batch_interval_ms),
             "--metrics-listen",
             f"127.0.0.1:{port}",
+            "--table-config",
+            str(self._table_config()),
             *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka", opt)),
         )
         return CommandComponent(
