@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from inlet.services.cli.errors import CliError, UsageError
+from inlet.services.cli.options import parse_key_values
 from inlet.services.runtime import (
     Setting,
     SettingsError,
@@ -115,16 +116,6 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
 
 
-def _pairs(items: tuple[str, ...] | None, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{what} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def _resolve(args: argparse.Namespace, settings: tuple[Setting, ...], prefix: str) -> dict[str, Any]:
     try:
         return resolve(args, settings, prefix)
@@ -197,7 +188,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from inlet.services.catalog_sync import CatalogSyncError, MetastoreClient, sync_table
 
     s = _resolve(args, SYNC_SETTINGS, CATALOG_ENV)
-    options = _pairs(s["option"], "--option")
+    options = parse_key_values(s["option"], "--option")
     try:
         with MetastoreClient(s["metastore"], s["timeout"]) as client:
             report = sync_table(args.path, client, database=s["database"], table=s["table"], options=options)
@@ -217,11 +208,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         topic=s["topic"],
         group=s["group"],
         database=s["database"],
-        options=_pairs(s["option"], "--option"),
+        options=parse_key_values(s["option"], "--option"),
         coalesce_s=s["coalesce"],
         retry_max_s=s["retry_max"],
         metastore_timeout_s=s["timeout"],
-        kafka=dict(_pairs(s["kafka"], "--kafka-option")),
+        kafka=dict(parse_key_values(s["kafka"], "--kafka-option")),
     )
     service = CatalogSyncService(config)
     endpoint = (

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from inlet.services.cli.errors import UsageError
+from inlet.services.cli.options import parse_key_values
 from inlet.services.runtime import (
     Setting,
     SettingsError,
@@ -218,16 +219,6 @@ def add_writer_commands(subparsers: Any) -> None:
     run_p.set_defaults(handler=cmd_run)
 
 
-def _pairs(items: Any, flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or ():
-        key, eq, value = str(item).partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"{flag}: expected KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
-
-
 def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> Any:
     from inlet.services.writer.service import WriterConfig
 
@@ -240,7 +231,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
     for name in ("batch_max_records", "batch_max_bytes", "batch_interval_ms"):
         if v[name] < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    kafka: dict[str, Any] = dict(_pairs(v["kafka"], "--kafka"))
+    kafka: dict[str, Any] = dict(parse_key_values(v["kafka"], "--kafka"))
     return WriterConfig(
         bootstrap=v["bootstrap"],
         coordinator=v["coordinator"],
@@ -249,7 +240,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         group=v["group"],
         engine=v["engine"],
         spark_master=v["spark_master"],
-        spark_conf=_pairs(v["spark_conf"], "--spark-conf"),
+        spark_conf=parse_key_values(v["spark_conf"], "--spark-conf"),
         batch_max_records=v["batch_max_records"],
         batch_max_bytes=v["batch_max_bytes"],
         batch_interval_ms=v["batch_interval_ms"],
@@ -261,7 +252,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         coordinator_ca=_read_ca(v["coordinator_ca"]),
         coordinator_tls=bool(v["coordinator_tls"]),
         kafka=kafka,
-        write_options=_pairs(v["option"], "--option"),
+        write_options=parse_key_values(v["option"], "--option"),
         compaction=bool(v["compaction"]),
     ), v["metrics_listen"]
 
