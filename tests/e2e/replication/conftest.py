@@ -675,11 +675,19 @@ def compare_inlet(stack: RunningStack, table: str) -> int:
     return len(expected)
 
 
+# hudi-rs 0.5.0's file-group reader 2 stops with this error on a file group without a base file
+# where a row was inserted, then updated with its TOASTed value unchanged once before and once after
+# a column was added (three log blocks, the last with one more column; reproduced with three local
+# writes). Inlet's reader and, after a compaction, both hudi-rs readers read the same table exactly.
+HUDI_RS_TOAST_REFUSAL = "FILL_UNAVAILABLE sentinel leaked into a log-only insert"
+
+
 def compare_hudi_rs(
     stack: RunningStack,
     table: str,
     allow_placeholder: str | None = None,
     versions: Sequence[str] = READER_VERSIONS,
+    known_refusal: str | None = None,
 ) -> int:
     """The table read by hudi-rs (both file-group readers) equals PostgreSQL exactly.
 
@@ -692,7 +700,11 @@ def compare_hudi_rs(
     hudi-rs 0.5's file-group reader 1 takes a file group's schema from its base file: it cannot read
     a file group that has only logs (checked to fail with its known error, as in
     tests/interop/test_mor_interop.py) and drops columns added after the base file was written, so
-    tests compare it once a compaction has rewritten every file group (``versions``)."""
+    tests compare it once a compaction has rewritten every file group (``versions``).
+
+    ``known_refusal``: part of an error message with which hudi-rs may refuse to read the table (a
+    limit of hudi-rs, not a wrong answer); a read that fails with it is skipped, any other error
+    fails the comparison, and a read that succeeds must still be exactly equal."""
     cols, keys, expected = postgres_rows(stack.url, table)
     shown = 0
     log_only = log_only_file_groups(stack.table_path(table))
@@ -704,7 +716,14 @@ def compare_hudi_rs(
             with pytest.raises(Exception, match='Unable to get field named "_event_lsn"'):
                 hudi_rs_read(stack.table_path(table), version)
             continue
-        got = rows_by_key(hudi_rs_read(stack.table_path(table), version), cols, keys)
+        try:
+            read = hudi_rs_read(stack.table_path(table), version)
+        except Exception as e:
+            if known_refusal is None or known_refusal not in str(e):
+                raise
+            print(f"{table}: hudi-rs file group reader {version} refused the table: {known_refusal}")
+            continue
+        got = rows_by_key(read, cols, keys)
         if allow_placeholder is not None:
             n = 0
             for k, rec in got.items():

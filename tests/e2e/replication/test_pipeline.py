@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 from conftest import (
+    HUDI_RS_TOAST_REFUSAL,
     BackgroundWorkload,
     RunningStack,
     check_offsets,
@@ -89,7 +90,11 @@ def test_random_workload_equals_postgres_by_both_readers(stack: RunningStack) ->
         compare_inlet(stack, t)
     compare_hudi_rs(stack, orders, versions=["2"])
     compare_hudi_rs(stack, lines, versions=["2"])
-    compare_hudi_rs(stack, customers, allow_placeholder="bio", versions=["2"])
+    # hudi-rs 0.5.0 refuses some of these states instead of reading them (see HUDI_RS_TOAST_REFUSAL):
+    # a refusal with that known error is accepted here, a wrong answer never is
+    compare_hudi_rs(
+        stack, customers, allow_placeholder="bio", versions=["2"], known_refusal=HUDI_RS_TOAST_REFUSAL
+    )
     # a compaction folds every log into a base file: now both hudi-rs readers, exactly
     for t in w.tables:
         compact_now(stack, t)
