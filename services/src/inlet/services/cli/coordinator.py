@@ -10,16 +10,13 @@ Also runnable alone: ``python -m inlet.services.cli.coordinator serve ...``.
 from __future__ import annotations
 
 import argparse
-import json
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from inlet.services.cli.errors import CliError, UsageError
-from inlet.services.cli.options import int_at_least, with_env
-from inlet.services.coordinator.config import SETTINGS, ConfigError, CoordinatorConfig
+from inlet.services.coordinator.config import ENV_PREFIX, SETTINGS, ConfigError, CoordinatorConfig
+from inlet.services.runtime import StopSignal, add_arguments, announce
 
 DESCRIPTION = """\
 The commit coordinator: a gRPC service that hands out instant times, serialises commits,
@@ -48,19 +45,7 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
-    for s in SETTINGS:
-        kwargs: dict[str, Any] = {"dest": s.name, "default": None, "help": with_env(s.help, s.env)}
-        if s.kind == "bool":
-            kwargs["action"] = "store_true"
-        elif s.kind == "list":
-            kwargs["action"] = "append"
-            kwargs["metavar"] = s.metavar
-        elif s.kind == "int":
-            kwargs["type"] = int_at_least(1)
-            kwargs["metavar"] = s.metavar
-        else:
-            kwargs["metavar"] = s.metavar
-        p.add_argument(s.flag, **kwargs)
+    add_arguments(p, SETTINGS, ENV_PREFIX)
 
 
 def add_coordinator_commands(subparsers: Any) -> None:
@@ -84,11 +69,8 @@ def add_coordinator_commands(subparsers: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
-    overrides = {s.name: getattr(args, s.name, None) for s in SETTINGS}
-    if not overrides.get("insecure"):
-        overrides["insecure"] = None  # an absent flag leaves the environment variable's value
     try:
-        config = CoordinatorConfig.from_env(**overrides)
+        config = CoordinatorConfig.from_args(args)
         config.validate()
     except ConfigError as e:
         raise UsageError(str(e)) from None
@@ -107,23 +89,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     except CoordinatorError as e:  # e.g. the database is unreachable
         raise CliError(e.message) from None
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stopping.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        print(
-            json.dumps({"event": "serving", "address": running.address, "tls": bool(config.tls_cert)}),
-            flush=True,
-        )
-        while not stopping.wait(0.5):
-            pass
-    finally:
-        running.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with StopSignal() as stop:
+        try:
+            announce(address=running.address, tls=bool(config.tls_cert))
+            while not stop.wait(0.5):
+                pass
+        finally:
+            running.stop()
     return 0
 
 

@@ -1,16 +1,20 @@
 """The coordinator's settings: one dataclass, each field from a flag or an ``INLET_COORDINATOR_*`` variable.
 
-:data:`SETTINGS` describes every setting once (flag, environment variable, type, help); the CLI
-builds its parser from it and :meth:`CoordinatorConfig.from_env` reads the variables alone.
+:data:`SETTINGS` declares every setting once as a :class:`inlet.services.runtime.Setting` (flag,
+environment variable, type, default, help), like every other service: the CLI builds its parser
+from it and :meth:`CoordinatorConfig.from_env` reads the variables alone.
 """
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from inlet.services.runtime import Setting, SettingsError, resolve
 
 ENV_PREFIX = "INLET_COORDINATOR_"
 DEFAULT_LISTEN = "127.0.0.1:50551"
@@ -24,29 +28,8 @@ class ConfigError(ValueError):
     """A coordinator setting is missing, malformed or inconsistent with another one."""
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One setting: its dataclass field, command-line flag, environment variable and help."""
-
-    name: str
-    flag: str
-    help: str
-    kind: str = "str"  # str | int | bool | list
-    metavar: str | None = None
-    env_name: str | None = None  # default: the field name in upper case
-
-    @property
-    def env(self) -> str:
-        return ENV_PREFIX + (self.env_name or self.name.upper())
-
-
 SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "listen",
-        "--listen",
-        f"address to serve on, HOST:PORT (default {DEFAULT_LISTEN})",
-        metavar="HOST:PORT",
-    ),
+    Setting("listen", "--listen", "address to serve on", default=DEFAULT_LISTEN, metavar="HOST:PORT"),
     Setting(
         "database_url",
         "--database-url",
@@ -87,34 +70,37 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "heartbeat_timeout_ms",
         "--heartbeat-timeout-ms",
-        f"default time after a writer's last heartbeat when its instant may be rolled back "
-        f"(default {DEFAULT_HEARTBEAT_TIMEOUT_MS})",
+        "default time after a writer's last heartbeat when its instant may be rolled back",
         kind="int",
+        default=DEFAULT_HEARTBEAT_TIMEOUT_MS,
         metavar="N",
     ),
     Setting(
         "lock_lease_ms",
         "--lock-lease-ms",
-        f"default lease of a table lock (default {DEFAULT_LOCK_LEASE_MS})",
+        "default lease of a table lock",
         kind="int",
+        default=DEFAULT_LOCK_LEASE_MS,
         metavar="N",
     ),
     Setting(
         "janitor_interval_ms",
         "--janitor-interval-ms",
-        f"how often expired instants and leases are looked for (default {DEFAULT_JANITOR_INTERVAL_MS})",
+        "how often expired instants and leases are looked for",
         kind="int",
+        default=DEFAULT_JANITOR_INTERVAL_MS,
         metavar="N",
     ),
-    Setting("max_workers", "--max-workers", "gRPC worker threads (default 32)", kind="int", metavar="N"),
+    Setting("max_workers", "--max-workers", "gRPC worker threads", kind="int", default=32, metavar="N"),
     Setting(
         "db_pool_size",
         "--db-pool-size",
-        "PostgreSQL connections at most (default 16)",
+        "PostgreSQL connections at most",
         kind="int",
+        default=16,
         metavar="N",
     ),
-    Setting("topic", "--topic", f"Kafka topic of commit events (default {DEFAULT_TOPIC})", metavar="NAME"),
+    Setting("topic", "--topic", "Kafka topic of commit events", default=DEFAULT_TOPIC, metavar="NAME"),
 )
 
 
@@ -140,23 +126,25 @@ class CoordinatorConfig:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> CoordinatorConfig:
         """Settings from ``INLET_COORDINATOR_*`` variables, then ``overrides`` (None = not given)."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for s in SETTINGS:
-            raw = env.get(s.env)
-            if raw is None or raw == "":
-                continue
-            values[s.name] = parse_value(s, raw, source=s.env)
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        if "lake_roots" in values:
-            values["lake_roots"] = tuple(values["lake_roots"])
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
+        unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"unknown coordinator setting(s): {', '.join(sorted(unknown))}")
-        return cls(**values)
+        return cls.from_args(None, environ).with_(**{k: v for k, v in overrides.items() if v is not None})
+
+    @classmethod
+    def from_args(
+        cls, args: argparse.Namespace | None, environ: Mapping[str, str] | None = None
+    ) -> CoordinatorConfig:
+        """Each setting from its flag in ``args``, else its variable, else its default."""
+        try:
+            values = resolve(args, SETTINGS, ENV_PREFIX, environ)
+        except SettingsError as e:
+            raise ConfigError(str(e)) from None
+        return cls(**{k: v for k, v in values.items() if v is not None})
 
     def with_(self, **changes: Any) -> CoordinatorConfig:
+        if "lake_roots" in changes:
+            changes["lake_roots"] = tuple(changes["lake_roots"])
         return replace(self, **changes)
 
     @property
@@ -237,22 +225,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def parse_value(setting: Setting, raw: str, source: str) -> Any:
-    """A setting's value from its text form (environment variable)."""
-    if setting.kind == "int":
-        try:
-            return int(raw)
-        except ValueError:
-            raise ConfigError(f"{source}: not an integer: {raw!r}") from None
-    if setting.kind == "bool":
-        value = raw.strip().lower()
-        if value in ("1", "true", "yes", "on"):
-            return True
-        if value in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{source}: not a boolean: {raw!r} (use true or false)")
-    if setting.kind == "list":
-        return tuple(p.strip() for p in raw.split(",") if p.strip())
-    return raw
