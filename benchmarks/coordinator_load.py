@@ -85,7 +85,7 @@ def _synthetic_commit(protocol: Any, client_no: int) -> float:
 def _run_spec(spec: dict[str, Any], clients: dict[str, Any], ready: Any, go: Any) -> dict[str, Any]:
     from inlet.core.commit import LocalCommitProtocol
     from inlet.core.storage import Storage
-    from inlet.services.coordinator.client import CoordinatorClient, GrpcCommitProtocol
+    from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
     scenario, ops, no = spec["scenario"], spec["ops"], spec["client"]
     address: str = spec.get("address") or ""
@@ -268,7 +268,7 @@ def run_phase(
     pool: Pool, scenario: str, clients: int, tables: int, ops_total: int, lake: Path, address: str, phase: int
 ) -> Row:
     from inlet.core.table import HudiTable
-    from inlet.services.coordinator.client import CoordinatorClient
+    from inlet.services.coordinator_client.client import CoordinatorClient
 
     row = Row(scenario, clients, tables)
     per_client = max(3, math.ceil(ops_total / clients))

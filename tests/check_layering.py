@@ -27,8 +27,24 @@ def imports(path: pathlib.Path) -> list[tuple[int, str]]:
     return out
 
 
+# only these may import the coordinator service's package; every other part of services reaches
+# the coordinator through inlet.services.coordinator_client
+COORDINATOR = "inlet.services.coordinator"
+COORDINATOR_USERS = (
+    "services/src/inlet/services/coordinator/",
+    "services/src/inlet/services/cli/coordinator.py",
+)
+
+
 def main() -> int:
     problems = []
+    for py in sorted((ROOT / "services/src/inlet/services").rglob("*.py")):
+        rel = str(py.relative_to(ROOT))
+        if rel.startswith(COORDINATOR_USERS):
+            continue
+        for line, mod in imports(py):
+            if mod == COORDINATOR or mod.startswith(COORDINATOR + "."):
+                problems.append(f"{rel}:{line}: imports {mod} (use inlet.services.coordinator_client)")
     for folder, forbidden in RULES.items():
         for py in sorted((ROOT / folder).rglob("*.py")):
             for line, mod in imports(py):

@@ -35,7 +35,7 @@ from hudi import HudiReadOptions, HudiTableBuilder
 
 from inlet.core.instant import Instant
 from inlet.core.table import HudiTable
-from inlet.services.coordinator.client import CoordinatorClient
+from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.stack.processes import free_port
 
 HERE = Path(__file__).resolve().parent

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
-from inlet.services.coordinator.client import GrpcCommitProtocol
+from inlet.services.coordinator_client.client import GrpcCommitProtocol
 
 READER_VERSIONS = ("1", "2")
 

@@ -18,7 +18,7 @@ from inlet.core.instant import Instant
 from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
 from inlet.proto.events.v1 import events_pb2
-from inlet.services.coordinator.client import GrpcCommitProtocol
+from inlet.services.coordinator_client.client import GrpcCommitProtocol
 from inlet.services.stack import EmbeddedKafka
 from inlet.services.stack.processes import free_port
 

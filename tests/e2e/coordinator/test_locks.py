@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from inlet.services.coordinator.client import CoordinatorCallError
+from inlet.services.coordinator_client.client import CoordinatorCallError
 
 WORKERS = 4
 

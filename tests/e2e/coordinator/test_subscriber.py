@@ -19,7 +19,7 @@ from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
 from inlet.proto.events.v1 import events_pb2
 from inlet.proto.hudi.v1 import commit_pb2
-from inlet.services.coordinator.client import GrpcCommitProtocol
+from inlet.services.coordinator_client.client import GrpcCommitProtocol
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 
 WRITE_ACTIONS = ("commit", "deltacommit", "replacecommit")

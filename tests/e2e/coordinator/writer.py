@@ -42,7 +42,7 @@ from inlet.core.commit_metadata import CommitMetadata
 from inlet.core.instant import Instant
 from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
-from inlet.services.coordinator.client import ConflictError, CoordinatorClient, GrpcCommitProtocol
+from inlet.services.coordinator_client.client import ConflictError, CoordinatorClient, GrpcCommitProtocol
 
 SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("fare", pa.float64())])
 GATE_TIMEOUT_S = 120.0

@@ -755,7 +755,7 @@ def slices_with_logs(path: Path) -> list[str]:
 def compact_now(stack: RunningStack, table: str) -> str | None:
     """Schedule and run a compaction of every log through the coordinator (as the writer does)."""
     from inlet.core.storage import Storage
-    from inlet.services.coordinator.client import CoordinatorClient, GrpcCommitProtocol
+    from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
     path = str(stack.table_path(table))
     client = CoordinatorClient(stack.coordinator, timeout_s=60)

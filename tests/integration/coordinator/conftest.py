@@ -11,7 +11,7 @@ import pytest
 
 from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
-from inlet.services.coordinator.client import CoordinatorClient, GrpcCommitProtocol
+from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.coordinator.config import CoordinatorConfig
 from inlet.services.coordinator.server import RunningServer, serve
 

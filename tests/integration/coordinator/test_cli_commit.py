@@ -13,7 +13,7 @@ import pytest
 
 from inlet.core import HudiTable
 from inlet.services.cli.main import main
-from inlet.services.coordinator.client import CoordinatorClient
+from inlet.services.coordinator_client.client import CoordinatorClient
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -18,9 +18,10 @@ from inlet.core.instant import Instant, State
 from inlet.core.table import HudiTable
 from inlet.proto.events.v1 import events_pb2
 from inlet.proto.hudi.v1 import commit_pb2
-from inlet.services.coordinator import convert, validation
+from inlet.services.coordinator import validation
 from inlet.services.coordinator.errors import InvalidArgument, PermissionDenied
 from inlet.services.coordinator.events import TableInfo, commit_event
+from inlet.services.coordinator_client import convert
 
 names = st.text(alphabet="abcdefghij0123456789-_=/", min_size=1, max_size=20)
 counts = st.integers(min_value=0, max_value=2**62)

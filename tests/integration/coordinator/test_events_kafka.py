@@ -14,7 +14,7 @@ from coordinator_helpers import rows
 
 from inlet.core.table import HudiTable
 from inlet.proto.events.v1 import events_pb2
-from inlet.services.coordinator.client import CoordinatorClient
+from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.coordinator.server import RunningServer
 
 pytestmark = pytest.mark.skipif(

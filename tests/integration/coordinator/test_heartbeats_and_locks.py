@@ -23,7 +23,11 @@ from inlet.core.errors import CommitConflictError
 from inlet.core.instant import Instant, State
 from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
-from inlet.services.coordinator.client import CoordinatorCallError, CoordinatorClient, GrpcCommitProtocol
+from inlet.services.coordinator_client.client import (
+    CoordinatorCallError,
+    CoordinatorClient,
+    GrpcCommitProtocol,
+)
 from inlet.services.coordinator.server import RunningServer
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -34,7 +38,7 @@ import sys
 import pyarrow as pa
 from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
-from inlet.services.coordinator.client import CoordinatorClient, GrpcCommitProtocol
+from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 address, table_id, path = sys.argv[1:4]
 protocol = GrpcCommitProtocol(CoordinatorClient(address), table_id, Storage(path), writer_id="doomed")
 table = HudiTable.open(path, commit_protocol=protocol)

@@ -21,7 +21,7 @@ from inlet.core.errors import CommitConflictError
 from inlet.core.instant import Instant
 from inlet.core.storage import Storage
 from inlet.core.table import CommitResult, HudiTable
-from inlet.services.coordinator.client import (
+from inlet.services.coordinator_client.client import (
     ConflictError,
     CoordinatorCallError,
     CoordinatorClient,

@@ -284,7 +284,7 @@ def wait_for_lake(url: str, lake: Path, database: str, timeout_s: float) -> floa
 
 def compact(coordinator: str, table_id: str, path: Path) -> str | None:
     """Compact a table now, committing through the coordinator as every writer does."""
-    from inlet.services.coordinator.client import CoordinatorClient, GrpcCommitProtocol
+    from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
     with CoordinatorClient(coordinator) as client:
         storage = HudiTable.open(str(path)).storage

@@ -68,7 +68,7 @@ def commit_protocol(args: argparse.Namespace, path: str) -> Iterator[CommitProto
                 ca = f.read()
         except OSError as e:
             raise UsageError(f"--coordinator-ca: cannot read {v['coordinator_ca']}: {e.strerror}") from None
-    from inlet.services.coordinator.client import CoordinatorClient, GrpcCommitProtocol
+    from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
     with CoordinatorClient(v["coordinator"], root_certificates=ca, token=v["coordinator_token"]) as client:
         client.register_table(v["table_id"], path)  # idempotent; an existing table keeps its mode

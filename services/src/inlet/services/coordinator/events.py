@@ -9,7 +9,7 @@ from google.protobuf import timestamp_pb2
 from inlet.core.commit_metadata import CommitMetadata
 from inlet.core.instant import Instant, parse_instant_time
 from inlet.proto.events.v1 import events_pb2
-from inlet.services.coordinator import convert
+from inlet.services.coordinator_client import convert
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ import grpc
 from inlet.core.errors import InletError, InvalidInputError
 from inlet.proto.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from inlet.proto.hudi.v1 import commit_pb2
-from inlet.services.coordinator import convert
 from inlet.services.coordinator.commits import MODES, Coordinator, heartbeat_interval_ms
 from inlet.services.coordinator.errors import Conflict, CoordinatorError, InvalidArgument
 from inlet.services.coordinator.store import LeaseRow, TableRow
+from inlet.services.coordinator_client import convert
 from inlet.services.logs import log_event
 
 log = logging.getLogger("inlet.coordinator")

@@ -35,7 +35,11 @@ from inlet.core import HudiTable, faults
 from inlet.core.errors import CommitConflictError, InvalidInputError, SchemaError
 from inlet.core.storage import Storage
 from inlet.proto.changes.v1 import changes_pb2 as pb
-from inlet.services.coordinator.client import CoordinatorCallError, CoordinatorClient, GrpcCommitProtocol
+from inlet.services.coordinator_client.client import (
+    CoordinatorCallError,
+    CoordinatorClient,
+    GrpcCommitProtocol,
+)
 from inlet.services.logs import log_event
 from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables

@@ -36,7 +36,7 @@ from inlet.core.instant import Action, Instant, State
 from inlet.core.storage import Storage
 from inlet.core.timeline import Timeline
 from inlet.proto.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
-from inlet.services.coordinator import convert
+from inlet.services.coordinator_client import convert
 
 log = logging.getLogger("inlet.coordinator.client")
 
