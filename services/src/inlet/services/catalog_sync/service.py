@@ -18,7 +18,6 @@ Hudi's ``hoodie.datasource.hive_sync.*`` options for every table.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import threading
@@ -32,10 +31,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from inlet.services.catalog_sync.errors import CatalogSyncError, MetastoreUnavailableError
 from inlet.services.catalog_sync.metastore import MetastoreClient
 from inlet.services.catalog_sync.sync import SyncReport, sync_table
+from inlet.services.commit_events import DEFAULT_TOPIC, CommitEventFollower, PendingTable
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_TOPIC = "inlet.commits"
 DEFAULT_GROUP = "inlet-catalog-sync"
 
 
@@ -64,18 +63,6 @@ class ServiceConfig:
     retry_max_s: float = 30.0
     metastore_timeout_s: float = 60.0
     kafka: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Pending:
-    table_id: str
-    base_path: str
-    first_seen: float
-    latest_instant: str = ""
-    committed_at: float | None = None  # commit time of the oldest unsynced event (lag metric)
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) -> lowest offset
-    next_attempt: float = 0.0
-    failures: int = 0
 
 
 class Metrics:
@@ -117,16 +104,26 @@ class CatalogSyncService:
     def __init__(self, config: ServiceConfig, metrics: Metrics | None = None) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
-        self.pending: dict[str, _Pending] = {}
+        self.events = CommitEventFollower(
+            config.bootstrap,
+            config.group,
+            config.topic,
+            config.kafka,
+            config.coalesce_s,
+            on_event=self.metrics.events.inc,
+            on_bad_event=self.metrics.bad_events.inc,
+        )
         self.client = MetastoreClient(config.metastore, config.metastore_timeout_s)
-        self.consumer: Any = None
         self.last_error: str | None = None
         self.last_reports: dict[str, SyncReport] = {}
         self.synced = threading.Condition()
         self.sync_count = 0
         self._retry_delay = config.retry_initial_s
         self._metastore_ok = True
-        self._committed: dict[tuple[str, int], int] = {}
+
+    @property
+    def pending(self) -> dict[str, PendingTable]:
+        return self.events.pending
 
     # -- health -----------------------------------------------------------------------------------
 
@@ -139,99 +136,32 @@ class CatalogSyncService:
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def _consumer_settings(self) -> dict[str, Any]:
-        settings: dict[str, Any] = {
-            "bootstrap.servers": self.config.bootstrap,
-            "group.id": self.config.group,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
-        }
-        settings.update(self.config.kafka)
-        return settings
-
     def run(self, stop: threading.Event | Any) -> int:
-        from confluent_kafka import Consumer
-
-        self.consumer = Consumer(self._consumer_settings())
-        self.consumer.subscribe([self.config.topic])
-        _log.info("catalog sync consuming %s (group %s)", self.config.topic, self.config.group)
+        self.events.open()
         try:
             while not stop.is_set():
-                for msg in self.consumer.consume(num_messages=500, timeout=0.2):
-                    self._handle(msg)
+                self.events.poll()
+                self.metrics.pending.set(len(self.pending))
                 self._tick()
         finally:
             self.close()
         return 0
 
     def close(self) -> None:
-        if self.consumer is not None:
-            with contextlib.suppress(Exception):
-                self.consumer.close()
-            self.consumer = None
+        self.events.close()
         self.client.close()
 
-    def _handle(self, msg: Any) -> None:
-        from inlet.proto.events.v1 import events_pb2
-
-        if msg.error() is not None:
-            _log.warning("kafka: %s", msg.error())
-            return
-        event = events_pb2.CommitEvent()
-        try:
-            event.ParseFromString(msg.value() or b"")
-        except Exception as e:  # protobuf's DecodeError; a bad message must not stop the service
-            self.metrics.bad_events.inc()
-            _log.error(
-                "skipping an undecodable message at %s[%d]@%d: %s",
-                msg.topic(),
-                msg.partition(),
-                msg.offset(),
-                e,
-            )
-            return
-        if not event.base_path:
-            self.metrics.bad_events.inc()
-            _log.error(
-                "skipping a CommitEvent without base_path at %s[%d]@%d",
-                msg.topic(),
-                msg.partition(),
-                msg.offset(),
-            )
-            return
-        self.metrics.events.inc()
-        now = time.monotonic()
-        key = event.table_id or event.base_path
-        p = self.pending.get(key)
-        if p is None:
-            p = self.pending[key] = _Pending(key, event.base_path, now)
-            if event.HasField("committed_at"):
-                p.committed_at = event.committed_at.ToDatetime().timestamp()
-        p.base_path = event.base_path
-        p.latest_instant = max(
-            p.latest_instant, event.instant.instant_time if event.HasField("instant") else ""
-        )
-        tp = (msg.topic(), msg.partition())
-        p.offsets[tp] = min(p.offsets.get(tp, msg.offset()), msg.offset())
-        self.metrics.pending.set(len(self.pending))
-
     def _tick(self) -> None:
-        now = time.monotonic()
-        for key in list(self.pending):
-            p = self.pending[key]
-            if now - p.first_seen < self.config.coalesce_s or now < p.next_attempt:
-                continue
+        for p in self.events.due():
             self._sync(p)
-        self._commit_offsets()
+        self.events.commit_offsets()
 
     def _database_for(self, table_id: str) -> str | None:
         if self.config.database:
             return self.config.database
         return database_of(table_id)
 
-    def _sync(self, p: _Pending) -> None:
+    def _sync(self, p: PendingTable) -> None:
         started = time.monotonic()
         try:
             report = sync_table(
@@ -242,8 +172,7 @@ class CatalogSyncService:
             self.metrics.metastore_up.set(0)
             self.metrics.syncs.labels("unavailable").inc()
             self.last_error = str(e)
-            p.failures += 1
-            p.next_attempt = time.monotonic() + self._retry_delay
+            self.events.retry_later(p, self._retry_delay)
             _log.warning(
                 "metastore unavailable, %s stays pending (retry in %.1fs): %s",
                 p.table_id,
@@ -281,42 +210,9 @@ class CatalogSyncService:
         )
         self._done(p)
 
-    def _done(self, p: _Pending) -> None:
-        self.pending.pop(p.table_id, None)
+    def _done(self, p: PendingTable) -> None:
+        self.events.done(p)
         self.metrics.pending.set(len(self.pending))
         with self.synced:
             self.sync_count += 1
             self.synced.notify_all()
-
-    def _commit_offsets(self) -> None:
-        """Commit, per partition, up to the oldest offset of a table still pending (or all consumed)."""
-        if self.consumer is None:
-            return
-        from confluent_kafka import TopicPartition
-
-        try:
-            positions = self.consumer.position(self.consumer.assignment())
-        except Exception:  # no assignment yet
-            return
-        to_commit = []
-        for tp in positions:
-            if tp.offset < 0:
-                continue
-            low = min(
-                (
-                    p.offsets[(tp.topic, tp.partition)]
-                    for p in self.pending.values()
-                    if (tp.topic, tp.partition) in p.offsets
-                ),
-                default=tp.offset,
-            )
-            if self._committed.get((tp.topic, tp.partition)) != low:
-                to_commit.append(TopicPartition(tp.topic, tp.partition, low))
-        if to_commit:
-            try:
-                self.consumer.commit(offsets=to_commit, asynchronous=False)
-            except Exception as e:  # retried on the next tick
-                _log.debug("offset commit failed: %s", e)
-                return
-            for tp in to_commit:
-                self._committed[(tp.topic, tp.partition)] = tp.offset
