@@ -25,9 +25,9 @@ from inlet.core.storage import Storage
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.catalog_sync import MetastoreClient, sync_table
 from inlet.services.catalog_sync.service import CatalogSyncService, ServiceConfig
-from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.coordinator.config import CoordinatorConfig
 from inlet.services.coordinator.server import RunningServer, serve
+from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 from inlet.services.stack.metastore import EmbeddedMetastore
 

@@ -14,8 +14,8 @@ from coordinator_helpers import rows
 
 from inlet.core.table import HudiTable
 from inlet.proto.events.v1 import events_pb2
-from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.coordinator.server import RunningServer
+from inlet.services.coordinator_client.client import CoordinatorClient
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("inlet.services.coordinator.outbox") is None, reason="no outbox publisher yet"

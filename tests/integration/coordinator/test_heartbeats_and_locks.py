@@ -23,12 +23,12 @@ from inlet.core.errors import CommitConflictError
 from inlet.core.instant import Instant, State
 from inlet.core.storage import Storage
 from inlet.core.table import HudiTable
+from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import (
     CoordinatorCallError,
     CoordinatorClient,
     GrpcCommitProtocol,
 )
-from inlet.services.coordinator.server import RunningServer
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT_MS = 1500
@@ -173,6 +173,36 @@ def test_lock_leases_and_fencing_tokens(client: CoordinatorClient, lake: Path) -
     with pytest.raises(CoordinatorCallError) as unknown:
         client.acquire_lock("nope", "x")
     assert unknown.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_named_locks_are_held_apart(client: CoordinatorClient, lake: Path) -> None:
+    """A table's named locks ("" the write lock, "services" the table services' one) have their own
+    holders and leases; renew/release find a lock by its id; fencing tokens grow across all of them."""
+    path = lake / "named"
+    HudiTable.create(str(path), name="named", record_key="id")
+    client.register_table("named", str(path))
+    writer = client.acquire_lock("named", "writer", lease_ms=10_000)
+    services = client.acquire_lock("named", "services-a", lease_ms=10_000, lock_name="services")
+    assert (writer.fencing_token, services.fencing_token) == (1, 2) and writer.lock_id != services.lock_id
+    with pytest.raises(CoordinatorCallError) as held:
+        client.acquire_lock("named", "services-b", wait_ms=0, lock_name="services")
+    assert held.value.code == grpc.StatusCode.ABORTED
+    assert "services-a" in held.value.details and "'services'" in held.value.details
+    with pytest.raises(CoordinatorCallError) as held_write:
+        client.acquire_lock("named", "services-b", wait_ms=0)
+    assert held_write.value.code == grpc.StatusCode.ABORTED and "writer" in held_write.value.details
+    assert (
+        client.renew_lock("named", services.lock_id, lease_ms=20_000).expires_at_ms > services.expires_at_ms
+    )
+    client.release_lock("named", services.lock_id)
+    # the write lock is still held; the services lock is free for the next instance
+    assert client.acquire_lock("named", "services-b", lock_name="services").fencing_token == 3
+    with pytest.raises(CoordinatorCallError) as still:
+        client.acquire_lock("named", "other-writer", wait_ms=0)
+    assert still.value.code == grpc.StatusCode.ABORTED
+    with pytest.raises(CoordinatorCallError) as bad:
+        client.acquire_lock("named", "x", lock_name="no spaces")
+    assert bad.value.code == grpc.StatusCode.INVALID_ARGUMENT and "lock name" in bad.value.details
 
 
 def test_janitor_releases_expired_leases(client: CoordinatorClient, lake: Path, pg_url: str) -> None:

@@ -19,8 +19,8 @@ from inlet.core.table import HudiTable
 from inlet.core.timeline import Timeline
 from inlet.proto.coordinator.v1 import coordinator_pb2
 from inlet.proto.events.v1 import events_pb2
-from inlet.services.coordinator_client.client import CoordinatorCallError, CoordinatorClient
 from inlet.services.coordinator.server import RunningServer
+from inlet.services.coordinator_client.client import CoordinatorCallError, CoordinatorClient
 
 
 def make_table(lake: Path, name: str = "trips", **kwargs: Any) -> Path:

@@ -19,9 +19,9 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from inlet.core.table import HudiTable
 from inlet.services.cli.coordinator import main as coordinator_main
-from inlet.services.coordinator_client.client import CoordinatorCallError, CoordinatorClient
 from inlet.services.coordinator.config import ConfigError, CoordinatorConfig
 from inlet.services.coordinator.server import RunningServer
+from inlet.services.coordinator_client.client import CoordinatorCallError, CoordinatorClient
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 ADMIN = "admin-token-0123456789"

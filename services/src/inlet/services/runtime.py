@@ -221,3 +221,23 @@ def serve_http(listen: str, registry: CollectorRegistry, health: HealthCheck) ->
 def announce(**fields: Any) -> None:
     """Print the one JSON line a service writes on stdout once it serves (supervisors read it)."""
     print(json.dumps({"event": "serving", **fields}), flush=True)
+
+
+def run_until_stopped(
+    run: Callable[[threading.Event], int],
+    metrics_listen: str | None,
+    registry: CollectorRegistry,
+    health: HealthCheck,
+    **announced: Any,
+) -> int:
+    """A service's main: ``/metrics`` + ``/healthz`` on ``metrics_listen`` (empty: none), the serving
+    line on stdout (``announced`` plus the endpoint's address), then ``run(stop)`` until
+    SIGTERM/SIGINT sets ``stop``; the endpoint is stopped on the way out."""
+    endpoint = serve_http(metrics_listen, registry, health) if metrics_listen else None
+    try:
+        with StopSignal() as stop:
+            announce(**announced, metrics=endpoint.address if endpoint else None)
+            return run(stop.event)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()

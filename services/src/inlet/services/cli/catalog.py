@@ -25,7 +25,7 @@ from inlet.services.runtime import (
     add_arguments,
     announce,
     resolve,
-    serve_http,
+    run_until_stopped,
     split_listen,
 )
 
@@ -215,23 +215,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         kafka=dict(parse_key_values(s["kafka"], "--kafka-option")),
     )
     service = CatalogSyncService(config)
-    endpoint = (
-        serve_http(s["metrics_listen"], service.metrics.registry, service.health)
-        if s["metrics_listen"]
-        else None
+    return run_until_stopped(
+        service.run,
+        s["metrics_listen"],
+        service.metrics.registry,
+        service.health,
+        service="catalog-sync",
+        topic=config.topic,
+        metastore=config.metastore,
     )
-    try:
-        with StopSignal() as stop:
-            announce(
-                service="catalog-sync",
-                topic=config.topic,
-                metastore=config.metastore,
-                metrics=endpoint.address if endpoint else None,
-            )
-            return service.run(stop.event)
-    finally:
-        if endpoint is not None:
-            endpoint.stop()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

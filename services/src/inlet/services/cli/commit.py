@@ -41,6 +41,32 @@ SETTINGS = (
 )
 
 
+# how a long-running service reaches the coordinator (its address is required there)
+CONNECTION_SETTINGS = (
+    Setting("coordinator", "--coordinator", "commit coordinator address", required=True, metavar="HOST:PORT"),
+    SETTINGS[2],
+    SETTINGS[3],
+    Setting(
+        "coordinator_tls",
+        "--coordinator-tls",
+        "use TLS to the coordinator with the system's trusted CAs",
+        kind="bool",
+        default=False,
+    ),
+)
+
+
+def read_ca(path: str | None) -> bytes | None:
+    """The PEM bytes of ``--coordinator-ca`` (None when not given); a one-line error if unreadable."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"--coordinator-ca: cannot read {path}: {e.strerror}") from None
+
+
 def add_coordinator_options(p: argparse.ArgumentParser) -> None:
     add_arguments(p.add_argument_group("commit coordinator"), SETTINGS, ENV_PREFIX)
 
@@ -61,13 +87,7 @@ def commit_protocol(args: argparse.Namespace, path: str) -> Iterator[CommitProto
         raise UsageError(
             "--coordinator needs --table-id (or INLET_TABLE_ID): the table's id at the coordinator"
         )
-    ca = None
-    if v["coordinator_ca"]:
-        try:
-            with open(v["coordinator_ca"], "rb") as f:
-                ca = f.read()
-        except OSError as e:
-            raise UsageError(f"--coordinator-ca: cannot read {v['coordinator_ca']}: {e.strerror}") from None
+    ca = read_ca(v["coordinator_ca"])
     from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
     with CoordinatorClient(v["coordinator"], root_certificates=ca, token=v["coordinator_token"]) as client:

@@ -38,6 +38,7 @@ from inlet.services.cli.options import (
     with_env,
 )
 from inlet.services.cli.stack import add_stack_commands
+from inlet.services.cli.table_services import add_table_services_commands
 from inlet.services.cli.writer import add_writer_commands
 
 log = logging.getLogger("inlet.cli")
@@ -555,6 +556,7 @@ def build_parser() -> ArgumentParser:
     add_cdc_commands(subparsers)
     add_writer_commands(subparsers)
     add_stack_commands(subparsers)
+    add_table_services_commands(subparsers)
     return parser
 
 

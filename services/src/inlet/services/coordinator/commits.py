@@ -73,8 +73,9 @@ HEARTBEAT_MISSES = 3  # heartbeats a writer may miss before its instant expires
 
 
 def _held_message(table_id: str, held: LeaseRow) -> str:
+    which = f"lock {held.lock_name!r}" if held.lock_name else "lock"
     return (
-        f"the lock of table {table_id} is held by {held.owner} (fencing token {held.fencing_token}, "
+        f"the {which} of table {table_id} is held by {held.owner} (fencing token {held.fencing_token}, "
         f"lease ends in {held.remaining_ms} ms)"
     )
 
@@ -762,7 +763,9 @@ class Coordinator:
 
     # ------------------------------------------------------------------ leases
 
-    def acquire_lock(self, table_id: str, owner: str, lease_ms: int, wait_ms: int) -> LeaseRow:
+    def acquire_lock(
+        self, table_id: str, owner: str, lease_ms: int, wait_ms: int, lock_name: str = ""
+    ) -> LeaseRow:
         """Grant the table lock (a new fencing token) if it is free or its lease expired; wait up to
         ``wait_ms`` for it. A retried acquisition by the current holder gets its lease back, renewed.
 
@@ -776,6 +779,7 @@ class Coordinator:
         validation.bounded(owner, "owner", required=True)
         validation.non_negative(lease_ms, "lease_ms", MAX_LEASE_MS)
         validation.non_negative(wait_ms, "wait_ms", MAX_LOCK_WAIT_MS)
+        validation.lock_name(lock_name)
         lease_ms = lease_ms or self.lock_lease_ms
         deadline = time.monotonic() + wait_ms / 1000
         slots = self._lock_wait_slots
@@ -784,7 +788,7 @@ class Coordinator:
             while True:
                 with self._lock_released:
                     seen = self._releases
-                granted, held = self._try_lock(table_id, owner, lease_ms)
+                granted, held = self._try_lock(table_id, owner, lease_ms, lock_name)
                 if granted is not None:
                     return granted
                 assert held is not None
@@ -805,20 +809,28 @@ class Coordinator:
             if waiting and slots is not None:
                 slots.release()
 
-    def _try_lock(self, table_id: str, owner: str, lease_ms: int) -> tuple[LeaseRow | None, LeaseRow | None]:
+    def _try_lock(
+        self, table_id: str, owner: str, lease_ms: int, lock_name: str
+    ) -> tuple[LeaseRow | None, LeaseRow | None]:
         """One attempt: (the granted or renewed lease, None), or (None, the other owner's lease)."""
         with self.store.transaction() as tx:
             self._table(tx, table_id, lock=True)
-            held = tx.lease(table_id)
+            held = tx.lease(table_id, lock_name)
             if held is None or held.expired:
-                tx.grant_lease(table_id, uuid.uuid4().hex, owner, lease_ms)
-                granted = tx.lease(table_id)
+                tx.grant_lease(table_id, uuid.uuid4().hex, owner, lease_ms, lock_name)
+                granted = tx.lease(table_id, lock_name)
                 assert granted is not None
-                log.info("lock of %s granted to %s (token %d)", table_id, owner, granted.fencing_token)
+                log.info(
+                    "lock %r of %s granted to %s (token %d)",
+                    lock_name,
+                    table_id,
+                    owner,
+                    granted.fencing_token,
+                )
                 return granted, None
             if held.owner == owner:
                 tx.extend_lease(table_id, held.lock_id, lease_ms)
-                renewed = tx.lease(table_id)
+                renewed = tx.lease(table_id, lock_name)
                 assert renewed is not None
                 return renewed, None
             return None, held
@@ -841,7 +853,7 @@ class Coordinator:
                     f"the lease of lock {lock_id} on {table_id} expired {-held.remaining_ms} ms ago; acquire it again"
                 )
             tx.extend_lease(table_id, lock_id, lease_ms or self.lock_lease_ms)
-            renewed = tx.lease(table_id)
+            renewed = tx.lease_by_id(table_id, lock_id)
             assert renewed is not None
             return renewed
 
@@ -856,7 +868,7 @@ class Coordinator:
 
     @staticmethod
     def _held(tx: Tx, table_id: str, lock_id: str) -> LeaseRow:
-        held = tx.lease(table_id)
+        held = tx.lease_by_id(table_id, lock_id)
         if held is None or held.lock_id != lock_id:
             raise FailedPrecondition(
                 f"lock {lock_id} of table {table_id} is not held (released, or expired and granted to another owner)"

@@ -228,7 +228,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         self, request: coordinator_pb2.AcquireLockRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.AcquireLockResponse:
         lease = self.coordinator.acquire_lock(
-            request.table_id, request.owner, request.lease_ms, request.wait_ms
+            request.table_id, request.owner, request.lease_ms, request.wait_ms, request.lock_name
         )
         return coordinator_pb2.AcquireLockResponse(lease=lease_to_proto(lease))
 

@@ -8,7 +8,7 @@ Tables (created or migrated at startup, versions recorded in ``schema_version``)
   ``SELECT ... FOR UPDATE`` on it for its transaction, so coordinator replicas serialise there.
 - ``instants``: every instant issued, its state, owner, request ids (idempotency), completion
   time, planned file groups, rollback links and last heartbeat.
-- ``table_locks``: leased table locks with fencing tokens.
+- ``table_locks``: leased table locks with fencing tokens, one per (table, lock name).
 - ``outbox``: one row per completed instant (the serialized ``CommitEvent``), inserted in the
   transaction that records the completion; a publisher delivers and marks them.
 
@@ -115,6 +115,15 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             OUTBOX_DDL,
         ),
     ),
+    (
+        2,
+        (
+            # named locks: one lease per (table, lock name); "" is the table's write lock
+            "ALTER TABLE table_locks ADD COLUMN IF NOT EXISTS lock_name TEXT NOT NULL DEFAULT ''",
+            "ALTER TABLE table_locks DROP CONSTRAINT IF EXISTS table_locks_pkey",
+            "ALTER TABLE table_locks ADD PRIMARY KEY (table_id, lock_name)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -175,6 +184,7 @@ class LeaseRow:
     fencing_token: int
     expires_at_ms: int
     remaining_ms: int
+    lock_name: str = ""
 
     @property
     def expired(self) -> bool:
@@ -425,19 +435,27 @@ class Tx:
 
     # ------------------------------------------------------------------ leases
 
-    def lease(self, table_id: str) -> LeaseRow | None:
+    def lease(self, table_id: str, lock_name: str = "") -> LeaseRow | None:
+        return self._lease("table_id = %s AND lock_name = %s", (table_id, lock_name))
+
+    def lease_by_id(self, table_id: str, lock_id: str) -> LeaseRow | None:
+        return self._lease("table_id = %s AND lock_id = %s", (table_id, lock_id))
+
+    def _lease(self, where: str, params: tuple[str, str]) -> LeaseRow | None:
         row = self._one(
             f"""
-            SELECT table_id, lock_id, owner, fencing_token,
+            SELECT table_id, lock_id, owner, fencing_token, lock_name,
               (EXTRACT(EPOCH FROM expires_at) * 1000)::bigint AS expires_at_ms,
               -{_AGE_MS.format(col="expires_at")} AS remaining_ms
-            FROM table_locks WHERE table_id = %s
+            FROM table_locks WHERE {where}
             """,
-            (table_id,),
+            params,
         )
         return LeaseRow(**row) if row else None
 
-    def grant_lease(self, table_id: str, lock_id: str, owner: str, lease_ms: int) -> None:
+    def grant_lease(
+        self, table_id: str, lock_id: str, owner: str, lease_ms: int, lock_name: str = ""
+    ) -> None:
         token_row = self._one(
             "UPDATE coordinator_tables SET last_fencing_token = last_fencing_token + 1 WHERE table_id = %s "
             "RETURNING last_fencing_token",
@@ -446,13 +464,13 @@ class Tx:
         assert token_row is not None
         self.cur.execute(
             """
-            INSERT INTO table_locks (table_id, lock_id, owner, fencing_token, expires_at)
-            VALUES (%s, %s, %s, %s, clock_timestamp() + %s * interval '1 millisecond')
-            ON CONFLICT (table_id) DO UPDATE SET lock_id = EXCLUDED.lock_id, owner = EXCLUDED.owner,
-              fencing_token = EXCLUDED.fencing_token, acquired_at = clock_timestamp(),
-              expires_at = EXCLUDED.expires_at
+            INSERT INTO table_locks (table_id, lock_name, lock_id, owner, fencing_token, expires_at)
+            VALUES (%s, %s, %s, %s, %s, clock_timestamp() + %s * interval '1 millisecond')
+            ON CONFLICT (table_id, lock_name) DO UPDATE SET lock_id = EXCLUDED.lock_id,
+              owner = EXCLUDED.owner, fencing_token = EXCLUDED.fencing_token,
+              acquired_at = clock_timestamp(), expires_at = EXCLUDED.expires_at
             """,
-            (table_id, lock_id, owner, token_row["last_fencing_token"], lease_ms),
+            (table_id, lock_name, lock_id, owner, token_row["last_fencing_token"], lease_ms),
         )
 
     def extend_lease(self, table_id: str, lock_id: str, lease_ms: int) -> None:

@@ -15,6 +15,7 @@ from inlet.services.coordinator.errors import InvalidArgument, PermissionDenied
 
 TABLE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
 INSTANT_TIME_RE = re.compile(r"^\d{17}$")
+LOCK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
 MAX_ID_LENGTH = 200
 
 # Apache Hudi's timeline actions (HoodieTimeline): pending and completed forms
@@ -51,6 +52,14 @@ def table_id(value: str) -> str:
         shown = value if len(value) <= 60 else value[:60] + "..."
         raise InvalidArgument(
             f"invalid table id {shown!r}: use 1 to 200 letters, digits, '_', '.' or '-' (e.g. sales.orders)"
+        )
+    return value
+
+
+def lock_name(value: str) -> str:
+    if not LOCK_NAME_RE.match(value):
+        raise InvalidArgument(
+            f"invalid lock name {value[:70]!r}: use up to 64 letters, digits, '_', '.' or '-' (\"\" is the write lock)"
         )
     return value
 

@@ -249,9 +249,9 @@ class CoordinatorClient:
     # ------------------------------------------------------------------ locks
 
     def acquire_lock(
-        self, table_id: str, owner: str, lease_ms: int = 0, wait_ms: int = 0
+        self, table_id: str, owner: str, lease_ms: int = 0, wait_ms: int = 0, lock_name: str = ""
     ) -> coordinator_pb2.Lease:
-        """The table lock, waiting up to ``wait_ms`` for its holder. The server waits only while it
+        """The table's lock ``lock_name`` ("": its write lock), waiting up to ``wait_ms`` for its holder. The server waits only while it
         has a free lock-wait slot and may answer ABORTED early (see ``AcquireLockRequest.wait_ms``);
         the wait then goes on here: the call is repeated with the rest of ``wait_ms`` (backing
         off from 10 ms to 200 ms) until the lock is granted or the time is up (ABORTED)."""
@@ -260,7 +260,7 @@ class CoordinatorClient:
         while True:
             remaining_ms = max(0, int((deadline - time.monotonic()) * 1000))
             req = coordinator_pb2.AcquireLockRequest(
-                table_id=table_id, owner=owner, lease_ms=lease_ms, wait_ms=remaining_ms
+                table_id=table_id, owner=owner, lease_ms=lease_ms, wait_ms=remaining_ms, lock_name=lock_name
             )
             try:
                 return self.call(  # type: ignore[no-any-return]

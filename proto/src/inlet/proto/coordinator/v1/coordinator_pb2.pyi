@@ -556,6 +556,7 @@ class AcquireLockRequest(_message.Message):
     OWNER_FIELD_NUMBER: _builtins.int
     LEASE_MS_FIELD_NUMBER: _builtins.int
     WAIT_MS_FIELD_NUMBER: _builtins.int
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
     owner: _builtins.str
     lease_ms: _builtins.int
@@ -569,6 +570,13 @@ class AcquireLockRequest(_message.Message):
     200 ms); ABORTED after the whole wait_ms means the lock stayed held. A waiting call is woken as
     soon as the lock is released through the same coordinator.
     """
+    lock_name: _builtins.str
+    """A table has one lock per name, each with its own holder and lease: "" is the table's write lock
+    (single writers, OCC ownership); other names serve other roles, e.g. "services" is held by the
+    table-services instance working on the table. Fencing tokens increase across all of a table's
+    locks; RenewLock and ReleaseLock find the lock by its lock_id. Up to 64 letters, digits, '_',
+    '.' or '-'.
+    """
     def __init__(
         self,
         *,
@@ -576,10 +584,11 @@ class AcquireLockRequest(_message.Message):
         owner: _builtins.str = ...,
         lease_ms: _builtins.int = ...,
         wait_ms: _builtins.int = ...,
+        lock_name: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_ms", b"lease_ms", "owner", b"owner", "table_id", b"table_id", "wait_ms", b"wait_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_ms", b"lease_ms", "lock_name", b"lock_name", "owner", b"owner", "table_id", b"table_id", "wait_ms", b"wait_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

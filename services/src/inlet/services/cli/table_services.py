@@ -1,0 +1,151 @@
+"""``inlet table-services run``: the table-services service (see :mod:`inlet.services.table_services`)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from inlet.services.cli.commit import CONNECTION_SETTINGS, read_ca
+from inlet.services.cli.errors import UsageError
+from inlet.services.cli.options import parse_key_values
+from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve, run_until_stopped
+
+ENV_PREFIX = "INLET_TABLE_SERVICES_"
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("bootstrap", "--bootstrap", "Kafka bootstrap servers", required=True, metavar="HOST:PORT"),
+    *CONNECTION_SETTINGS,
+    Setting("topic", "--topic", "commit event topic", default="inlet.commits"),
+    Setting("group", "--group", "Kafka consumer group", default="inlet-table-services"),
+    Setting(
+        "services",
+        "--services",
+        "table services to run, in order (comma-separated)",
+        kind="list",
+        default=("compaction",),
+        metavar="NAME[,NAME]",
+    ),
+    Setting(
+        "option",
+        "--option",
+        "Hudi option KEY=VALUE for every table, e.g. hoodie.compact.inline.max.delta.commits=5; repeatable",
+        kind="list",
+        metavar="KEY=VALUE",
+        env_name="OPTIONS",
+    ),
+    Setting(
+        "coalesce",
+        "--coalesce",
+        "seconds to gather a table's commits before one run",
+        kind="float",
+        default=2.0,
+        metavar="SECONDS",
+    ),
+    Setting(
+        "retry_max", "--retry-max", "longest wait between retries of a table (s)", kind="float", default=30.0
+    ),
+    Setting("lease_ms", "--lease-ms", "lease of a table's services lock (ms)", kind="int", default=30_000),
+    Setting(
+        "metrics_listen",
+        "--metrics-listen",
+        "HOST:PORT of /metrics and /healthz (empty: off)",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+    ),
+    Setting(
+        "kafka",
+        "--kafka-option",
+        "librdkafka consumer setting KEY=VALUE; repeatable",
+        kind="list",
+        metavar="KEY=VALUE",
+        env_name="KAFKA_OPTIONS",
+    ),
+)
+
+DESCRIPTION = """\
+Follow the coordinator's commit events (inlet.commits) and, once a changed table's burst of commits
+has settled, run the table services due on it through the coordinator: compaction of Merge-on-Read
+tables (requested plans first, then a new plan when Hudi's triggers say one is due). One instance
+works on a table at a time (the table's "services" lock lease at the coordinator); a table that fails is
+retried with backoff, and its events are acknowledged only once a run handled them. Prints one JSON
+line when serving; /metrics and /healthz on --metrics-listen.
+"""
+
+EPILOG = """\
+example:
+  inlet table-services run --bootstrap kafka:9092 --coordinator coord:50551 \\
+      --option hoodie.compact.inline.max.delta.commits=5
+"""
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
+
+
+def add_table_services_commands(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "table-services",
+        help="run compaction (and later clean, archive) on tables after their commits",
+        description="The table-services service.",
+        formatter_class=_formatter,
+    )
+    sub = p.add_subparsers(dest="table_services_command", metavar="COMMAND", required=True)
+    run_p = sub.add_parser(
+        "run",
+        help="follow inlet.commits and run due table services until SIGTERM/SIGINT",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=_formatter,
+    )
+    add_arguments(run_p, SETTINGS, ENV_PREFIX)
+    run_p.set_defaults(handler=cmd_run)
+
+
+def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> tuple[Any, str]:
+    from inlet.services.table_services.actions import SERVICES
+    from inlet.services.table_services.service import ServiceConfig
+
+    try:
+        v = resolve(args, SETTINGS, ENV_PREFIX, environ)
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
+    unknown = [s for s in v["services"] if s not in SERVICES]
+    if unknown or not v["services"]:
+        raise UsageError(
+            f"--services: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(SERVICES)}"
+        )
+    if v["lease_ms"] < 1000:
+        raise UsageError("--lease-ms must be at least 1000")
+    config = ServiceConfig(
+        bootstrap=v["bootstrap"],
+        coordinator=v["coordinator"],
+        topic=v["topic"],
+        group=v["group"],
+        services=tuple(v["services"]),
+        options=parse_key_values(v["option"], "--option"),
+        coalesce_s=v["coalesce"],
+        retry_max_s=v["retry_max"],
+        lease_ms=v["lease_ms"],
+        coordinator_token=v["coordinator_token"],
+        coordinator_ca=read_ca(v["coordinator_ca"]),
+        coordinator_tls=bool(v["coordinator_tls"]),
+        kafka=dict(parse_key_values(v["kafka"], "--kafka-option")),
+    )
+    return config, v["metrics_listen"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from inlet.services.table_services.service import TableServicesService
+
+    config, listen = config_from_args(args)
+    service = TableServicesService(config)
+    return run_until_stopped(
+        service.run,
+        listen,
+        service.metrics.registry,
+        service.health,
+        service="table-services",
+        topic=config.topic,
+        services=list(config.services),
+    )

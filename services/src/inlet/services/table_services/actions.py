@@ -1,0 +1,71 @@
+"""The table services run on a table, in order, and what each one did.
+
+Compaction (Merge-on-Read only), as Apache Hudi's async compaction does it:
+
+1. compaction plans already requested (by a writer's schedule, the CLI or an earlier run of this
+   service that died before executing them) run first, oldest first; a plan that is already
+   inflight belongs to the writer executing it: it is left alone (if that writer died, the
+   coordinator's janitor rolls it back once its heartbeat expires, and a later run executes it);
+2. then a new plan is scheduled if Hudi's triggers say one is due
+   (``hoodie.compact.inline.trigger.strategy``, ``hoodie.compact.inline.max.delta.commits``,
+   ``hoodie.compact.inline.max.delta.seconds``, from the service's options and the table's
+   properties) and run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from inlet.core import HudiTable
+from inlet.core.config import TableType
+from inlet.core.instant import State
+
+COMPACTION = "compaction"
+ALL_SERVICES = (COMPACTION,)
+
+
+@dataclass
+class ServiceRun:
+    """What the services did to one table in one run."""
+
+    table_id: str
+    completed: dict[str, list[str]] = field(default_factory=dict)  # service -> instants completed
+    skipped: list[str] = field(default_factory=list)  # why something due was not run
+
+    def add(self, service: str, instant: str) -> None:
+        self.completed.setdefault(service, []).append(instant)
+
+    @property
+    def instants(self) -> int:
+        return sum(len(v) for v in self.completed.values())
+
+
+def run_compaction(table: HudiTable, options: Mapping[str, str], run: ServiceRun) -> None:
+    if table.table_type is not TableType.MERGE_ON_READ:
+        return
+    opts = dict(options)
+    for info in sorted(table.compactions(), key=lambda c: c.instant_time):
+        if info.state is State.REQUESTED:
+            if table.run_compaction(info.instant_time, opts) is not None:
+                run.add(COMPACTION, info.instant_time)
+        elif info.state is State.INFLIGHT:
+            run.skipped.append(f"compaction {info.instant_time} is inflight (its writer runs it)")
+    instant = table.schedule_compaction(opts)
+    if instant is not None and table.run_compaction(instant, opts) is not None:
+        run.add(COMPACTION, instant)
+
+
+SERVICES: dict[str, Callable[[HudiTable, Mapping[str, str], ServiceRun], None]] = {
+    COMPACTION: run_compaction,
+}
+
+
+def run_services(
+    table: HudiTable, table_id: str, services: tuple[str, ...], options: Mapping[str, str]
+) -> ServiceRun:
+    """Run ``services`` (names of :data:`SERVICES`, in that order) on ``table``."""
+    run = ServiceRun(table_id)
+    for name in services:
+        SERVICES[name](table, options, run)
+    return run
