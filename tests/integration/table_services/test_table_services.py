@@ -1,5 +1,5 @@
 """The table-services service against a real coordinator and broker: Merge-on-Read tables written
-through the coordinator are compacted after their commits (Hudi's delta-commit trigger), plans
+through the coordinator are compacted after their commits (Hudi's delta-commit trigger) and cleaned, plans
 requested by others are executed, one instance per table at a time (the services lease), and every
 result reads the same by Inlet and both hudi-rs file-group readers as the model of the writes."""
 
@@ -29,7 +29,7 @@ from inlet.services.coordinator_client.client import CoordinatorClient, GrpcComm
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 from inlet.services.table_services.service import LOCK_NAME, ServiceConfig, TableServicesService
 
-TRIGGER = {"hoodie.compact.inline.max.delta.commits": "3"}
+TRIGGER = {"hoodie.compact.inline.max.delta.commits": "3", "hoodie.clean.commits.retained": "2"}
 
 
 @pytest.fixture
@@ -110,6 +110,10 @@ def completed_compactions(path: Path) -> list[str]:
     return [i.time for i in tl.completed() if i.action == Action.COMMIT]
 
 
+def cleans(path: Path) -> list[str]:
+    return [i.time for i in HudiTable.open(str(path)).timeline.completed([Action.CLEAN])]
+
+
 def logs_in_latest_slices(path: Path) -> int:
     view = HudiTable.open(str(path)).file_system_view()
     return sum(len(s.log_files) for s in view.latest_file_slices())
@@ -183,6 +187,9 @@ def test_service_compacts_after_commits_and_runs_requested_plans(
             table.write(model.batch([5, 41], 5), "upsert")  # a commit event brings the table back
             wait_for(lambda: requested in completed_compactions(path), what="the requested plan to run")
             assert read_inlet(path) == model.rows == read_hudi_rs(path, "2")
+            # and the slices the compactions replaced are cleaned (2 commits retained)
+            wait_for(lambda: cleans(path), what="a clean", service=service)
+            assert read_inlet(path) == model.rows == read_hudi_rs(path, "1") == read_hudi_rs(path, "2")
         finally:
             protocol.close()
 
@@ -241,7 +248,7 @@ def test_cli_serves_health_and_stops_on_sigterm(coordinator: RunningServer, kafk
         line = proc.stdout.readline()
         assert line, proc.stderr.read() if proc.stderr else ""
         serving = json.loads(line)
-        assert serving["service"] == "table-services" and serving["services"] == ["compaction"]
+        assert serving["service"] == "table-services" and serving["services"] == ["compaction", "clean"]
         with urllib.request.urlopen(f"http://{serving['metrics']}/healthz", timeout=10) as resp:
             assert resp.status == 200 and json.loads(resp.read())["coordinator"] == coordinator.address
         with urllib.request.urlopen(f"http://{serving['metrics']}/metrics", timeout=10) as resp:

@@ -15,6 +15,9 @@ BEFORE_COMPLETE = "before_complete"
 # in a rollback: after its plan and inflight file, and after deleting the failed write's files
 ROLLBACK_AFTER_PLAN = "rollback_after_plan"
 ROLLBACK_AFTER_DELETE = "rollback_after_delete"
+# in a clean: after its plan and inflight file, and after deleting the files
+CLEAN_AFTER_PLAN = "clean_after_plan"
+CLEAN_AFTER_DELETE = "clean_after_delete"
 CRASH_EXIT_CODE = 77
 
 

@@ -36,6 +36,7 @@ from inlet.core.storage import Storage
 from inlet.core.timeline import Timeline
 
 if TYPE_CHECKING:
+    from inlet.core.clean import CleanPlan, CleanResult
     from inlet.core.compaction import CompactionInfo
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -422,3 +423,24 @@ class HudiTable:
         from inlet.core.compaction import show
 
         return show(self)
+
+    # ------------------------------------------------------------------ clean
+
+    def clean(self, options: dict[str, str] | None = None) -> CleanResult:
+        """Delete the file slices the retained window no longer needs (``hoodie.clean.*`` options);
+        finishes interrupted cleans first. See :mod:`inlet.core.clean`."""
+        from inlet.core.clean import clean
+
+        return clean(self, options)
+
+    def plan_clean(self, options: dict[str, str] | None = None) -> CleanPlan:
+        """What :meth:`clean` would delete now, without deleting or writing anything."""
+        from inlet.core.clean import plan_clean
+
+        return plan_clean(self, self.commit_protocol.timeline(), options or {})
+
+    def cleans(self) -> list[dict[str, Any]]:
+        """The clean instants on the active timeline (pending and completed)."""
+        from inlet.core.clean import cleans
+
+        return cleans(self)

@@ -360,3 +360,55 @@ def cmd_compaction_show(args: argparse.Namespace) -> int:
         )
     )
     return EXIT_OK
+
+
+def cmd_clean_run(args: argparse.Namespace) -> int:
+    opts = options.parse_key_values(args.option)
+    started = time.monotonic()
+    with commit.open_table(args, options.table_path(args.path)) as table:
+        if args.dry_run:
+            plan = table.plan_clean(opts)
+            e = plan.earliest_to_retain
+            _print_json(
+                {
+                    "policy": plan.policy.value,
+                    "earliest_commit_to_retain": e.time if e else None,
+                    "files": {p or "": list(fs) for p, fs in plan.files.items()},
+                    "file_count": plan.file_count,
+                }
+            )
+            return EXIT_OK
+        result = table.clean(opts)
+    summary = result.to_dict()
+    log_event(
+        log,
+        logging.INFO,
+        "clean finished",
+        table=table.base_path,
+        elapsed_s=round(time.monotonic() - started, 3),
+        **summary,
+    )
+    _print_json(summary)
+    return EXIT_OK
+
+
+def cmd_clean_show(args: argparse.Namespace) -> int:
+    docs = HudiTable.open(options.table_path(args.path)).cleans()
+    if args.json:
+        for doc in docs:
+            _print_json(doc)
+        return EXIT_OK
+    cols = ["instant", "state", "completion_time", "policy", "earliest_commit_to_retain", "files"]
+    rows = [
+        {
+            "instant": d["instant"],
+            "state": d["state"],
+            "completion_time": d["completion_time"] or "-",
+            "policy": d.get("policy") or "-",
+            "earliest_commit_to_retain": d.get("earliest_commit_to_retain") or "-",
+            "files": d.get("files_deleted", d.get("files_to_delete")),
+        }
+        for d in docs
+    ]
+    print(render.format_table(rows, cols))
+    return EXIT_OK

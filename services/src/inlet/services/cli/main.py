@@ -535,6 +535,47 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
     show.add_argument("--json", action="store_true", help="one JSON object per compaction (with operations)")
 
 
+def _add_clean(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "clean",
+        help="delete file slices outside the retained window, and show cleans",
+        description="Clean: delete the file slices no reader of the retained window needs, as Apache\n"
+        "Hudi's cleaner does (a clean instant with its plan and metadata). Policies: KEEP_LATEST_COMMITS\n"
+        "(hoodie.clean.commits.retained, default 10), KEEP_LATEST_BY_HOURS, KEEP_LATEST_FILE_VERSIONS.",
+        formatter_class=_formatter,
+    )
+    sub = p.add_subparsers(dest="clean_command", metavar="COMMAND", required=True)
+    run = _add_command(
+        sub,
+        "run",
+        commands.cmd_clean_run,
+        "finish interrupted cleans, then clean if anything is old enough",
+        "Finish interrupted cleans, roll back failed writes, then delete the file slices outside the\n"
+        "retained window; prints what was done as JSON ('instant' null when nothing was old enough).\n"
+        "--dry-run prints the plan instead and changes nothing.\n\n"
+        "example:\n  inlet clean run /lake/trips --option hoodie.clean.commits.retained=5",
+    )
+    _add_path(run)
+    run.add_argument(
+        "--option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="Hudi clean option, e.g. hoodie.clean.policy=KEEP_LATEST_FILE_VERSIONS (repeatable)",
+    )
+    run.add_argument("--dry-run", action="store_true", help="print the plan; delete and write nothing")
+    add_coordinator_options(run)
+    show = _add_command(
+        sub,
+        "show",
+        commands.cmd_clean_show,
+        "list the cleans on the active timeline",
+        "List the clean instants: state, policy, the earliest commit they retained and the files\n"
+        "they deleted (or will); --json prints one object per clean.",
+    )
+    _add_path(show)
+    show.add_argument("--json", action="store_true", help="one JSON object per clean")
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog=PROG,
@@ -550,6 +591,7 @@ def build_parser() -> ArgumentParser:
     _add_timeline(subparsers)
     _add_rollback(subparsers)
     _add_compaction(subparsers)
+    _add_clean(subparsers)
     add_coordinator_commands(subparsers)
     add_catalog_commands(subparsers)
     add_dlq_commands(subparsers)

@@ -23,7 +23,7 @@ SETTINGS: tuple[Setting, ...] = (
         "--services",
         "table services to run, in order (comma-separated)",
         kind="list",
-        default=("compaction",),
+        default=("compaction", "clean"),
         metavar="NAME[,NAME]",
     ),
     Setting(
@@ -66,7 +66,8 @@ SETTINGS: tuple[Setting, ...] = (
 DESCRIPTION = """\
 Follow the coordinator's commit events (inlet.commits) and, once a changed table's burst of commits
 has settled, run the table services due on it through the coordinator: compaction of Merge-on-Read
-tables (requested plans first, then a new plan when Hudi's triggers say one is due). One instance
+tables (requested plans first, then a new plan when Hudi's triggers say one is due), then clean
+(the file slices outside the retained window, hoodie.clean.* options). One instance
 works on a table at a time (the table's "services" lock lease at the coordinator); a table that fails is
 retried with backoff, and its events are acknowledged only once a run handled them. Prints one JSON
 line when serving; /metrics and /healthz on --metrics-listen.
@@ -86,7 +87,7 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
 def add_table_services_commands(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "table-services",
-        help="run compaction (and later clean, archive) on tables after their commits",
+        help="run compaction and clean on tables after their commits",
         description="The table-services service.",
         formatter_class=_formatter,
     )

@@ -10,6 +10,11 @@ Compaction (Merge-on-Read only), as Apache Hudi's async compaction does it:
    (``hoodie.compact.inline.trigger.strategy``, ``hoodie.compact.inline.max.delta.commits``,
    ``hoodie.compact.inline.max.delta.seconds``, from the service's options and the table's
    properties) and run.
+
+Clean (every table), as Apache Hudi's cleaner does after commits (see :mod:`inlet.core.clean`):
+interrupted cleans are finished, failed writes rolled back, and the file slices outside the
+retained window (``hoodie.clean.policy``, ``hoodie.clean.commits.retained`` = 10, ...) deleted.
+It runs after compaction, so the slices a compaction just replaced become cleanable.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from inlet.core.config import TableType
 from inlet.core.instant import State
 
 COMPACTION = "compaction"
-ALL_SERVICES = (COMPACTION,)
+CLEAN = "clean"
+ALL_SERVICES = (COMPACTION, CLEAN)
 
 
 @dataclass
@@ -56,8 +62,15 @@ def run_compaction(table: HudiTable, options: Mapping[str, str], run: ServiceRun
         run.add(COMPACTION, instant)
 
 
+def run_clean(table: HudiTable, options: Mapping[str, str], run: ServiceRun) -> None:
+    result = table.clean(dict(options))
+    for instant in (*result.resumed, *([result.instant] if result.instant else [])):
+        run.add(CLEAN, instant)
+
+
 SERVICES: dict[str, Callable[[HudiTable, Mapping[str, str], ServiceRun], None]] = {
     COMPACTION: run_compaction,
+    CLEAN: run_clean,
 }
 
 
