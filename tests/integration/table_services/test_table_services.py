@@ -134,6 +134,7 @@ def service(
             retry_initial_s=0.5,
             retry_max_s=1.0,
             lease_ms=5_000,
+            stale_plan_s=0.0,  # a plan requested by another process is run at once
             kafka=dict(TEST_CONSUMER_SETTINGS),
         )
     )

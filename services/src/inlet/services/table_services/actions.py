@@ -2,10 +2,11 @@
 
 Compaction (Merge-on-Read only), as Apache Hudi's async compaction does it:
 
-1. compaction plans already requested (by a writer's schedule, the CLI or an earlier run of this
-   service that died before executing them) run first, oldest first; a plan that is already
-   inflight belongs to the writer executing it: it is left alone (if that writer died, the
-   coordinator's janitor rolls it back once its heartbeat expires, and a later run executes it);
+1. compaction plans requested at least ``STALE_PLAN_S`` ago and never started (their scheduler
+   died before executing them: a writer, the CLI or an earlier run of this service) run first,
+   oldest first; a younger plan is its scheduler's, which is about to run it, and a plan already
+   inflight belongs to the process executing it (if that one died, the coordinator's janitor rolls
+   it back once its heartbeat expires, and a later run executes it);
 2. then a new plan is scheduled if Hudi's triggers say one is due
    (``hoodie.compact.inline.trigger.strategy``, ``hoodie.compact.inline.max.delta.commits``,
    ``hoodie.compact.inline.max.delta.seconds``, from the service's options and the table's
@@ -19,13 +20,15 @@ It runs after compaction, so the slices a compaction just replaced become cleana
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from inlet.core import HudiTable
 from inlet.core.config import TableType
-from inlet.core.instant import State
+from inlet.core.instant import State, parse_instant_time
 
+STALE_PLAN_S = 60.0
 COMPACTION = "compaction"
 CLEAN = "clean"
 ALL_SERVICES = (COMPACTION, CLEAN)
@@ -47,12 +50,20 @@ class ServiceRun:
         return sum(len(v) for v in self.completed.values())
 
 
-def run_compaction(table: HudiTable, options: Mapping[str, str], run: ServiceRun) -> None:
+def _age_s(instant_time: str) -> float:
+    return (dt.datetime.now(dt.UTC) - parse_instant_time(instant_time)).total_seconds()
+
+
+def run_compaction(
+    table: HudiTable, options: Mapping[str, str], run: ServiceRun, stale_plan_s: float
+) -> None:
     if table.table_type is not TableType.MERGE_ON_READ:
         return
     opts = dict(options)
     for info in sorted(table.compactions(), key=lambda c: c.instant_time):
-        if info.state is State.REQUESTED:
+        if info.state is State.REQUESTED and _age_s(info.instant_time) < stale_plan_s:
+            run.skipped.append(f"compaction {info.instant_time} was just requested (its scheduler runs it)")
+        elif info.state is State.REQUESTED:
             if table.run_compaction(info.instant_time, opts) is not None:
                 run.add(COMPACTION, info.instant_time)
         elif info.state is State.INFLIGHT:
@@ -62,23 +73,28 @@ def run_compaction(table: HudiTable, options: Mapping[str, str], run: ServiceRun
         run.add(COMPACTION, instant)
 
 
-def run_clean(table: HudiTable, options: Mapping[str, str], run: ServiceRun) -> None:
+def run_clean(table: HudiTable, options: Mapping[str, str], run: ServiceRun, stale_plan_s: float) -> None:
     result = table.clean(dict(options))
     for instant in (*result.resumed, *([result.instant] if result.instant else [])):
         run.add(CLEAN, instant)
 
 
-SERVICES: dict[str, Callable[[HudiTable, Mapping[str, str], ServiceRun], None]] = {
+SERVICES: dict[str, Callable[[HudiTable, Mapping[str, str], ServiceRun, float], None]] = {
     COMPACTION: run_compaction,
     CLEAN: run_clean,
 }
 
 
 def run_services(
-    table: HudiTable, table_id: str, services: tuple[str, ...], options: Mapping[str, str]
+    table: HudiTable,
+    table_id: str,
+    services: tuple[str, ...],
+    options: Mapping[str, str],
+    stale_plan_s: float = STALE_PLAN_S,
 ) -> ServiceRun:
-    """Run ``services`` (names of :data:`SERVICES`, in that order) on ``table``."""
+    """Run ``services`` (names of :data:`SERVICES`, in that order) on ``table``; plans requested
+    ``stale_plan_s`` ago and never started count as abandoned by their scheduler."""
     run = ServiceRun(table_id)
     for name in services:
-        SERVICES[name](table, options, run)
+        SERVICES[name](table, options, run, stale_plan_s)
     return run

@@ -32,7 +32,7 @@ from inlet.services.commit_events import DEFAULT_TOPIC, CommitEventFollower, Pen
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol, default_writer_id
 from inlet.services.coordinator_client.locks import hold_lease
 from inlet.services.logs import log_event
-from inlet.services.table_services.actions import ALL_SERVICES, ServiceRun, run_services
+from inlet.services.table_services.actions import ALL_SERVICES, STALE_PLAN_S, ServiceRun, run_services
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class ServiceConfig:
     retry_initial_s: float = 1.0
     retry_max_s: float = 30.0
     lease_ms: int = 30_000
+    stale_plan_s: float = STALE_PLAN_S  # a plan requested this long ago and not started is abandoned
     coordinator_token: str | None = None
     coordinator_ca: bytes | None = None
     coordinator_tls: bool = False
@@ -141,7 +142,9 @@ class TableServicesService:
                 protocol = GrpcCommitProtocol(self.client, p.table_id, HudiTable.open(p.base_path).storage)
                 try:
                     table = HudiTable.open(p.base_path, commit_protocol=protocol)
-                    result = run_services(table, p.table_id, self.config.services, self.config.options)
+                    result = run_services(
+                        table, p.table_id, self.config.services, self.config.options, self.config.stale_plan_s
+                    )
                 finally:
                     protocol.close()
                 if lease.lost.is_set():
