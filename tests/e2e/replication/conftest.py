@@ -202,6 +202,8 @@ def _supervised(persistent_kafka: bool) -> Iterator[RunningStack]:
         batch_interval_ms=500,
         persistent_kafka=persistent_kafka,
         catalog=False,
+        # these tests decide when logs are compacted (the writer's inline compaction, compact_now)
+        table_services=False,
     )
     config.save()
     running = RunningStack(config)

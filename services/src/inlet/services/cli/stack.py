@@ -65,6 +65,14 @@ UP_SETTINGS = (
         default=True,
     ),
     Setting(
+        "table_services",
+        "--table-services",
+        "run compaction and clean after commits in their own process (inlet table-services run); "
+        "--no-table-services: the writer compacts between its batches and nothing cleans",
+        kind="bool",
+        default=True,
+    ),
+    Setting(
         "timeout", "--timeout", "seconds to wait for a healthy stack", kind="int", default=300, metavar="S"
     ),
 )
@@ -73,8 +81,8 @@ DESCRIPTION = """\
 Run the whole pipeline on this machine, each part a supervised process on 127.0.0.1:
 PostgreSQL (wal_level=logical) -> Debezium (Kafka Connect) -> Kafka (Tansu, topics kept in a local
 S3 store) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table>, committed
-through the commit coordinator, registered in a Hive Metastore by catalog sync (database
-<db>_<schema>). A process that dies is restarted (logs/supervisor.log says so).
+through the commit coordinator, compacted and cleaned by the table-services service, registered
+in a Hive Metastore by catalog sync (database <db>_<schema>). A process that dies is restarted (logs/supervisor.log says so).
 """
 
 UP_EPILOG = """\

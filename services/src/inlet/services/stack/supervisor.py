@@ -4,8 +4,8 @@
 in order: PostgreSQL (``wal_level=logical``; the source database and the coordinator's), the S3
 store and the Kafka-protocol broker that keeps its topics there, a Hive Metastore, the commit
 coordinator, Debezium (Kafka Connect standalone with the PostgreSQL connector), the CDC consumer,
-the writer and catalog sync. Every
-one binds 127.0.0.1. The supervisor writes ``stack.json`` (addresses, pids, health) every second,
+the writer, the table-services service (compaction and clean after commits, so the writer never
+compacts inline) and catalog sync. Every one binds 127.0.0.1. The supervisor writes ``stack.json`` (addresses, pids, health) every second,
 restarts a component whose process died (saying so in ``logs/supervisor.log``), and on SIGTERM
 stops them in reverse order. State and logs stay in the directory, and the ports it chose are kept
 in ``ports.json``, so ``down`` then ``up`` resumes where the pipeline was.
@@ -66,6 +66,8 @@ class StackConfig:
     batch_interval_ms: int = 1000
     persistent_kafka: bool = True  # topics kept in the S3 store across restarts
     catalog: bool = True  # a Hive Metastore kept in step with every commit (inlet catalog run)
+    # compaction and clean by inlet table-services run (the writer then never compacts inline)
+    table_services: bool = True
 
     @property
     def root(self) -> Path:
@@ -205,6 +207,30 @@ class Stack:
             )
         ]
 
+    def _table_services(self) -> list[Component]:
+        if not self.config.table_services:
+            return []
+        port = self.ports.get("table_services_metrics")
+        argv = CommandComponent.inlet(
+            "table-services",
+            "run",
+            "--bootstrap",
+            self.kafka.bootstrap,
+            "--coordinator",
+            self.coordinator_address,
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
+        )
+        return [
+            CommandComponent(
+                "table_services",
+                argv,
+                self.config.logs / "table_services.log",
+                f"http://127.0.0.1:{port}/healthz",
+            )
+        ]
+
     def _coordinator(self) -> CommandComponent:
         port = self.ports.get("coordinator")
         self.coordinator_address = f"127.0.0.1:{port}"
@@ -301,6 +327,7 @@ class Stack:
             f"127.0.0.1:{port}",
             "--table-config",
             str(self._table_config()),
+            *(("--no-compaction",) if self.config.table_services else ()),
             *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka", opt)),
         )
         return CommandComponent(
@@ -360,6 +387,7 @@ class Stack:
             lambda: [self._debezium()],
             lambda: [self._cdc()],
             lambda: [self._writer()],
+            self._table_services,
             self._catalog,
         ]
         try:
