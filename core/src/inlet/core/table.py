@@ -36,6 +36,7 @@ from inlet.core.storage import Storage
 from inlet.core.timeline import Timeline
 
 if TYPE_CHECKING:
+    from inlet.core.changes import Changes
     from inlet.core.clean import CleanPlan, CleanResult
     from inlet.core.compaction import CompactionInfo
 
@@ -388,6 +389,21 @@ class HudiTable:
             meta_columns=meta_columns,
             query_type=query_type,
         )
+
+    def read_changes(
+        self,
+        begin: str,
+        end: str | None = None,
+        columns: Sequence[str] | None = None,
+        filters: Sequence[tuple[str, str, Any]] | None = None,
+        meta_columns: bool = True,
+    ) -> Changes:
+        """Incremental query (latest state): the records written by the commits completed in
+        ``(begin, end]`` as of the window's end; ``.resume_from`` is the next ``begin``. See
+        :mod:`inlet.core.changes`."""
+        from inlet.core.changes import read_incremental
+
+        return read_incremental(self, begin, end, columns, filters, meta_columns)
 
     def rollback_failed_writes(self, force: bool = False) -> list[str]:
         """Roll back pending writes whose writers are gone (all pending writes with ``force``)."""

@@ -199,7 +199,20 @@ def cmd_read(args: argparse.Namespace) -> int:
     started = time.monotonic()
     columns = options.split_list(args.columns, "--columns")
     row_filters = filters.parse_filters(args.filter)
-    if args.engine == "spark":
+    incremental = args.query_type == "incremental"
+    if incremental != bool(args.begin) or (args.end and not incremental):
+        raise UsageError("--begin (and --end) go with --query-type incremental, which needs --begin")
+    resume_from = None
+    if incremental:
+        if args.engine == "spark" or args.as_of:
+            raise UsageError("--query-type incremental reads with the local engine and takes no --as-of")
+        changes = table.read_changes(
+            args.begin, args.end, columns=columns, filters=row_filters, meta_columns=not args.no_meta
+        )
+        result, resume_from = changes.table, changes.resume_from
+        if args.limit is not None:
+            result = result.slice(0, args.limit)
+    elif args.engine == "spark":
         result = engine.read(args, table.base_path, columns, row_filters)
     else:
         result = table.read(
@@ -213,11 +226,18 @@ def cmd_read(args: argparse.Namespace) -> int:
             result = result.slice(0, args.limit)
     elapsed = round(time.monotonic() - started, 3)
     log_event(
-        log, logging.INFO, "read finished", table=table.base_path, rows=result.num_rows, elapsed_s=elapsed
+        log,
+        logging.INFO,
+        "read finished",
+        table=table.base_path,
+        rows=result.num_rows,
+        elapsed_s=elapsed,
+        **({"resume_from": resume_from} if resume_from else {}),
     )
     if args.output:
         dataio.write_parquet(result, args.output)
-        _print_json({"output": args.output, "rows": result.num_rows, "columns": result.column_names})
+        summary = {"output": args.output, "rows": result.num_rows, "columns": result.column_names}
+        _print_json({**summary, **({"resume_from": resume_from} if resume_from else {})})
     else:
         dataio.write_json_lines(result, sys.stdout)
     return EXIT_OK

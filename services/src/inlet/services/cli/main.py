@@ -347,7 +347,8 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         "row: timestamps and dates as ISO-8601 strings, decimals as strings, bytes as base64.\n\n"
         "filters: 'col op value' with op one of == != < <= > >= in ('in' takes comma-separated\n"
         "values); several --filter options must all hold.\n\n"
-        "example:\n  inlet read /lake/trips --filter 'city == sf' --filter 'fare >= 10' --columns id,fare",
+        "example:\n  inlet read /lake/trips --filter 'city == sf' --filter 'fare >= 10' --columns id,fare\n"
+        "  inlet read /lake/trips --query-type incremental --begin 20240501093000000 --output changes.parquet",
     )
     _add_path(p)
     p.add_argument(
@@ -357,10 +358,20 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
     )
     p.add_argument(
         "--query-type",
-        choices=("snapshot", "read_optimized"),
+        choices=("snapshot", "read_optimized", "incremental"),
         default="snapshot",
         help="snapshot merges Merge-on-Read log files; read_optimized reads base files only "
-        "(default snapshot; the same for Copy-on-Write tables)",
+        "(default snapshot; the same for Copy-on-Write tables); incremental: the latest state of the "
+        "records written by the commits completed in (--begin, --end]",
+    )
+    p.add_argument(
+        "--begin",
+        metavar="T",
+        help="incremental: completion time after which commits count (exclusive); the 'resume_from' "
+        "of the previous query",
+    )
+    p.add_argument(
+        "--end", metavar="T", help="incremental: last completion time that counts (default: latest)"
     )
     p.add_argument("--columns", metavar="a,b", help="columns to return, in this order (default all)")
     p.add_argument(
