@@ -119,7 +119,9 @@ def read_incremental(
     if not window.instants:
         plan = plan_read(table, None, read_columns, filters, meta_columns=True)
         return Changes(_project(plan.out_schema.empty_table(), wanted, meta_columns), window)
-    as_of = max(i.time for i in window.instants)
+    as_of: str | None = max(i.time for i in window.instants)
+    if as_of == max((i.time for i in timeline.completed_writes()), default=None):
+        as_of = None  # the window reaches the latest write: a plain snapshot, no time travel
     plan = plan_read(table, as_of, read_columns, filters, meta_columns=True)
     if not window.full_scan:
         touched: set[tuple[str, str]] = set()
