@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,32 +25,15 @@ from inlet.core.storage import Storage
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.catalog_sync import MetastoreClient, sync_table
 from inlet.services.catalog_sync.service import CatalogSyncService, ServiceConfig
-from inlet.services.coordinator.config import CoordinatorConfig
-from inlet.services.coordinator.server import RunningServer, serve
+from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 from inlet.services.stack.metastore import EmbeddedMetastore
 
 
 @pytest.fixture
-def coordinator(
-    pg_url: str, tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
-) -> Iterator[RunningServer]:
-    server = serve(
-        CoordinatorConfig(
-            listen="127.0.0.1:0",
-            database_url=pg_url,
-            lake_roots=(str(tmp_path),),
-            insecure=True,
-            kafka_bootstrap=kafka_bootstrap,
-            topic=kafka_topic,
-            grace_s=1.0,
-        )
-    )
-    try:
-        yield server
-    finally:
-        server.stop(0)
+def coordinator(events_coordinator: RunningServer) -> RunningServer:
+    return events_coordinator
 
 
 def rows(ids: list[int], city: str, ts: int) -> pa.Table:

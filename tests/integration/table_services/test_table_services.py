@@ -23,8 +23,7 @@ import pytest
 from inlet.core import HudiTable
 from inlet.core.instant import Action
 from inlet.core.storage import Storage
-from inlet.services.coordinator.config import CoordinatorConfig
-from inlet.services.coordinator.server import RunningServer, serve
+from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 from inlet.services.table_services.service import LOCK_NAME, ServiceConfig, TableServicesService
@@ -33,24 +32,8 @@ TRIGGER = {"hoodie.compact.inline.max.delta.commits": "3", "hoodie.clean.commits
 
 
 @pytest.fixture
-def coordinator(
-    pg_url: str, tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
-) -> Iterator[RunningServer]:
-    server = serve(
-        CoordinatorConfig(
-            listen="127.0.0.1:0",
-            database_url=pg_url,
-            lake_roots=(str(tmp_path),),
-            insecure=True,
-            kafka_bootstrap=kafka_bootstrap,
-            topic=kafka_topic,
-            grace_s=1.0,
-        )
-    )
-    try:
-        yield server
-    finally:
-        server.stop(0)
+def coordinator(events_coordinator: RunningServer) -> RunningServer:
+    return events_coordinator
 
 
 def wait_for(
@@ -173,7 +156,10 @@ def test_service_compacts_after_commits_and_runs_requested_plans(
                 table.write(model.batch(list(range(0, 20, ts)), ts), "upsert")
             # three delta commits: the trigger is reached, the service schedules and runs a compaction
             first = wait_for(lambda: completed_compactions(path), what="a compaction", service=service)
-            assert first[0] in service.last_runs["app.users"].completed["compaction"]
+            wait_for(
+                lambda: first[0] in service.completed.get("app.users", {}).get("compaction", []),
+                what="the service to report its compaction",
+            )
             assert logs_in_latest_slices(path) == 0
             for reader in (read_inlet(path), read_hudi_rs(path, "1"), read_hudi_rs(path, "2")):
                 assert reader == model.rows

@@ -17,9 +17,49 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from inlet.services.runtime import Setting
+
 _log = logging.getLogger(__name__)
 
 DEFAULT_TOPIC = "inlet.commits"
+
+
+def follower_settings(group: str, action: str, retried: str) -> tuple[Setting, ...]:
+    """The settings every service that follows commit events declares: bootstrap, topic, consumer
+    group (default ``group``), coalescing (``action``: what one table's commits are gathered for),
+    the longest retry wait (``retried``: what is retried), the metrics endpoint and librdkafka
+    options."""
+    return (
+        Setting("bootstrap", "--bootstrap", "Kafka bootstrap servers", metavar="HOST:PORT", required=True),
+        Setting("topic", "--topic", "commit event topic", default=DEFAULT_TOPIC),
+        Setting("group", "--group", "Kafka consumer group", default=group),
+        Setting(
+            "coalesce",
+            "--coalesce",
+            f"seconds to gather a table's commits before one {action}",
+            kind="float",
+            default=2.0,
+            metavar="SECONDS",
+        ),
+        Setting(
+            "retry_max", "--retry-max", f"longest wait between {retried} (s)", kind="float", default=30.0
+        ),
+        Setting(
+            "metrics_listen",
+            "--metrics-listen",
+            "HOST:PORT of /metrics and /healthz (empty: off)",
+            default="127.0.0.1:0",
+            metavar="HOST:PORT",
+        ),
+        Setting(
+            "kafka",
+            "--kafka-option",
+            "librdkafka consumer setting KEY=VALUE; repeatable",
+            kind="list",
+            metavar="KEY=VALUE",
+            env_name="KAFKA_OPTIONS",
+        ),
+    )
 
 
 def consumer_settings(bootstrap: str, group: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:

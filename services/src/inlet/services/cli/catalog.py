@@ -18,6 +18,7 @@ from typing import Any
 
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.options import parse_key_values
+from inlet.services.commit_events import follower_settings
 from inlet.services.runtime import (
     Setting,
     SettingsError,
@@ -56,10 +57,8 @@ SYNC_SETTINGS = (
 )
 
 RUN_SETTINGS = (
-    Setting("bootstrap", "--bootstrap", "Kafka bootstrap servers", metavar="HOST:PORT", required=True),
+    *follower_settings("inlet-catalog-sync", "sync", "metastore retries"),
     Setting("metastore", "--metastore", "metastore URI, thrift://HOST:PORT", metavar="URI", required=True),
-    Setting("topic", "--topic", "commit event topic", default="inlet.commits"),
-    Setting("group", "--group", "Kafka consumer group", default="inlet-catalog-sync"),
     Setting(
         "database",
         "--database",
@@ -73,33 +72,7 @@ RUN_SETTINGS = (
         metavar="KEY=VALUE",
         env_name="OPTIONS",
     ),
-    Setting(
-        "coalesce",
-        "--coalesce",
-        "seconds to gather a table's commits before one sync",
-        kind="float",
-        default=2.0,
-        metavar="SECONDS",
-    ),
-    Setting(
-        "retry_max", "--retry-max", "longest wait between metastore retries (s)", kind="float", default=30.0
-    ),
     Setting("timeout", "--timeout", "seconds to wait for one metastore call", kind="float", default=60.0),
-    Setting(
-        "metrics_listen",
-        "--metrics-listen",
-        "HOST:PORT of /metrics and /healthz (empty: off)",
-        default="127.0.0.1:0",
-        metavar="HOST:PORT",
-    ),
-    Setting(
-        "kafka",
-        "--kafka-option",
-        "librdkafka consumer setting KEY=VALUE; repeatable",
-        kind="list",
-        metavar="KEY=VALUE",
-        env_name="KAFKA_OPTIONS",
-    ),
 )
 
 SERVE_SETTINGS = (

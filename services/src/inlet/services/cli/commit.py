@@ -18,6 +18,15 @@ from inlet.services.cli.errors import UsageError
 from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve
 
 ENV_PREFIX = "INLET_"
+TOKEN_SETTING = Setting(
+    "coordinator_token", "--coordinator-token", "bearer token for the coordinator", metavar="TOKEN"
+)
+CA_SETTING = Setting(
+    "coordinator_ca",
+    "--coordinator-ca",
+    "PEM file of the CA that signed the coordinator's certificate (turns TLS on)",
+    metavar="FILE",
+)
 SETTINGS = (
     Setting(
         "coordinator",
@@ -31,21 +40,16 @@ SETTINGS = (
         "the table's id at the coordinator, e.g. sales.public.orders (required with --coordinator)",
         metavar="ID",
     ),
-    Setting("coordinator_token", "--coordinator-token", "bearer token for the coordinator", metavar="TOKEN"),
-    Setting(
-        "coordinator_ca",
-        "--coordinator-ca",
-        "PEM file of the CA that signed the coordinator's certificate (turns TLS on)",
-        metavar="FILE",
-    ),
+    TOKEN_SETTING,
+    CA_SETTING,
 )
 
 
 # how a long-running service reaches the coordinator (its address is required there)
 CONNECTION_SETTINGS = (
     Setting("coordinator", "--coordinator", "commit coordinator address", required=True, metavar="HOST:PORT"),
-    SETTINGS[2],
-    SETTINGS[3],
+    TOKEN_SETTING,
+    CA_SETTING,
     Setting(
         "coordinator_tls",
         "--coordinator-tls",

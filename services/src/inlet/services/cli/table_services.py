@@ -9,15 +9,14 @@ from typing import Any
 from inlet.services.cli.commit import CONNECTION_SETTINGS, read_ca
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
+from inlet.services.commit_events import follower_settings
 from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve, run_until_stopped
 
 ENV_PREFIX = "INLET_TABLE_SERVICES_"
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("bootstrap", "--bootstrap", "Kafka bootstrap servers", required=True, metavar="HOST:PORT"),
+    *follower_settings("inlet-table-services", "run", "retries of a table"),
     *CONNECTION_SETTINGS,
-    Setting("topic", "--topic", "commit event topic", default="inlet.commits"),
-    Setting("group", "--group", "Kafka consumer group", default="inlet-table-services"),
     Setting(
         "services",
         "--services",
@@ -34,33 +33,7 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="KEY=VALUE",
         env_name="OPTIONS",
     ),
-    Setting(
-        "coalesce",
-        "--coalesce",
-        "seconds to gather a table's commits before one run",
-        kind="float",
-        default=2.0,
-        metavar="SECONDS",
-    ),
-    Setting(
-        "retry_max", "--retry-max", "longest wait between retries of a table (s)", kind="float", default=30.0
-    ),
     Setting("lease_ms", "--lease-ms", "lease of a table's services lock (ms)", kind="int", default=30_000),
-    Setting(
-        "metrics_listen",
-        "--metrics-listen",
-        "HOST:PORT of /metrics and /healthz (empty: off)",
-        default="127.0.0.1:0",
-        metavar="HOST:PORT",
-    ),
-    Setting(
-        "kafka",
-        "--kafka-option",
-        "librdkafka consumer setting KEY=VALUE; repeatable",
-        kind="list",
-        metavar="KEY=VALUE",
-        env_name="KAFKA_OPTIONS",
-    ),
 )
 
 DESCRIPTION = """\

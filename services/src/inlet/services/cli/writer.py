@@ -11,6 +11,7 @@ import argparse
 import json
 from typing import Any
 
+from inlet.services.cli.commit import CONNECTION_SETTINGS, read_ca
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
 from inlet.services.runtime import (
@@ -33,21 +34,7 @@ SETTINGS: tuple[Setting, ...] = (
         required=True,
         metavar="HOST:PORT",
     ),
-    Setting("coordinator", "--coordinator", "commit coordinator address", required=True, metavar="HOST:PORT"),
-    Setting("coordinator_token", "--coordinator-token", "bearer token for the coordinator", metavar="TOKEN"),
-    Setting(
-        "coordinator_ca",
-        "--coordinator-ca",
-        "PEM file of the CA that signed the coordinator's certificate (turns TLS on)",
-        metavar="FILE",
-    ),
-    Setting(
-        "coordinator_tls",
-        "--coordinator-tls",
-        "use TLS to the coordinator with the system's trusted CAs",
-        kind="bool",
-        default=False,
-    ),
+    *CONNECTION_SETTINGS,
     Setting(
         "lake_root",
         "--lake-root",
@@ -249,22 +236,12 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         error_retry_s=v["error_retry_s"],
         table_config=v["table_config"],
         coordinator_token=v["coordinator_token"],
-        coordinator_ca=_read_ca(v["coordinator_ca"]),
+        coordinator_ca=read_ca(v["coordinator_ca"]),
         coordinator_tls=bool(v["coordinator_tls"]),
         kafka=kafka,
         write_options=parse_key_values(v["option"], "--option"),
         compaction=bool(v["compaction"]),
     ), v["metrics_listen"]
-
-
-def _read_ca(path: str | None) -> bytes | None:
-    if not path:
-        return None
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError as e:
-        raise UsageError(f"--coordinator-ca: cannot read {path}: {e.strerror}") from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -100,6 +100,8 @@ class TableServicesService:
         self.client: CoordinatorClient | None = None
         self.last_error: str | None = None
         self.last_runs: dict[str, ServiceRun] = {}
+        # every instant each service completed, per table, since the start
+        self.completed: dict[str, dict[str, list[str]]] = {}
         self.ran = threading.Condition()
         self.run_count = 0
         self._coordinator_ok = True
@@ -181,6 +183,9 @@ class TableServicesService:
         )
         self.events.done(p)
         self.last_runs[p.table_id] = result
+        done = self.completed.setdefault(p.table_id, {})
+        for service, instants in result.completed.items():
+            done.setdefault(service, []).extend(instants)
         with self.ran:
             self.run_count += 1
             self.ran.notify_all()

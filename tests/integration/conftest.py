@@ -1,0 +1,33 @@
+"""Fixtures shared by the integration tests of services that follow commit events."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from inlet.services.coordinator.config import CoordinatorConfig
+from inlet.services.coordinator.server import RunningServer, serve
+
+
+@pytest.fixture
+def events_coordinator(
+    pg_url: str, tmp_path: Path, kafka_bootstrap: str, kafka_topic: str
+) -> Iterator[RunningServer]:
+    """A coordinator (insecure, loopback) whose commit events go to ``kafka_topic``; tables under tmp_path."""
+    server = serve(
+        CoordinatorConfig(
+            listen="127.0.0.1:0",
+            database_url=pg_url,
+            lake_roots=(str(tmp_path),),
+            insecure=True,
+            kafka_bootstrap=kafka_bootstrap,
+            topic=kafka_topic,
+            grace_s=1.0,
+        )
+    )
+    try:
+        yield server
+    finally:
+        server.stop(0)
