@@ -18,7 +18,16 @@ from conftest import check_offsets, compare_inlet, processes_mentioning, wait_fo
 
 pytestmark = pytest.mark.slow
 
-COMPONENTS = {"postgres", "s3", "kafka", "coordinator", "debezium", "cdc_consumer", "writer", "table_services"}
+COMPONENTS = {
+    "postgres",
+    "s3",
+    "kafka",
+    "coordinator",
+    "debezium",
+    "cdc_consumer",
+    "writer",
+    "table_services",
+}
 
 
 def inlet(*args: str, timeout: float = 400) -> str:
