@@ -55,7 +55,7 @@ SCENARIOS = ("commit-grpc", "commit-local", "lock-grpc")
 
 def _synthetic_commit(protocol: Any, client_no: int) -> float:
     """One begin -> inflight -> complete of a tiny commit on the client's own file group; seconds."""
-    from inlet.core.commit_metadata import CommitMetadata, WriteStat
+    from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 
     file_id = f"bench-{client_no:04d}-0000-0000-0000-000000000000-0"
     planned = CommitMetadata(operation_type="UPSERT")
@@ -83,7 +83,7 @@ def _synthetic_commit(protocol: Any, client_no: int) -> float:
 
 
 def _run_spec(spec: dict[str, Any], clients: dict[str, Any], ready: Any, go: Any) -> dict[str, Any]:
-    from inlet.core.commit import LocalCommitProtocol
+    from inlet.core.commit.protocol import LocalCommitProtocol
     from inlet.core.storage import Storage
     from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
@@ -267,7 +267,7 @@ def percentile(values: Sequence[float], p: float) -> float:
 def run_phase(
     pool: Pool, scenario: str, clients: int, tables: int, ops_total: int, lake: Path, address: str, phase: int
 ) -> Row:
-    from inlet.core.table import HudiTable
+    from inlet.core.table.facade import HudiTable
     from inlet.services.coordinator_client.client import CoordinatorClient
 
     row = Row(scenario, clients, tables)

@@ -70,7 +70,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from inlet.core import HudiTable
-from inlet.core.instant import parse_instant_time
+from inlet.core.timeline.instant import parse_instant_time
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.stack.postgres import EmbeddedPostgres
 from inlet.services.stack.supervisor import PID_FILE, PORTS_FILE, Ports, StackConfig

@@ -28,13 +28,13 @@ from hudi import HudiReadOptions, HudiTableBuilder
 from hudi_testdata import MOR_TABLES, TableCache, available
 
 from inlet.core.errors import CorruptFileError, UnsupportedError
-from inlet.core.file_group_reader import BlockFilter, read_merged
-from inlet.core.filegroups import FileSlice
-from inlet.core.log_blocks import BlockType
-from inlet.core.log_reader import BytesSource, decode_block, scan_frames
-from inlet.core.readers import merge_config
+from inlet.core.file_group.reader import BlockFilter, read_merged
+from inlet.core.file_group.view import FileSlice
+from inlet.core.log.blocks import BlockType
+from inlet.core.log.reader import BytesSource, decode_block, scan_frames
+from inlet.core.read.snapshot import merge_config
 from inlet.core.schema import META_COLUMNS
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
 
 pytestmark = pytest.mark.skipif(not available(), reason="../shared/testdata/hudi-tables is not present")
 
@@ -491,7 +491,7 @@ def _check_every_cut(data: bytes, ends: list[int], caplog: pytest.LogCaptureFixt
 
 
 def test_real_log_files_cut_at_every_byte(tables: TableCache, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="inlet.core.log_reader")
+    caplog.set_level(logging.WARNING, logger="inlet.core.log.reader")
     # each log file of the tables on its own (Avro, Parquet, delete and rollback blocks) ...
     for name in MOR_TABLES:
         for p in _log_paths(tables.path(name)):
@@ -526,7 +526,7 @@ def test_table_read_with_a_torn_log_tail(
     path = _copy(tables, TRIPS, tmp_path)
     (log,) = _log_paths(path)
     data = log.read_bytes()
-    caplog.set_level(logging.WARNING, logger="inlet.core.log_reader")
+    caplog.set_level(logging.WARNING, logger="inlet.core.log.reader")
     # the delete block torn (a crashed append): its deletes do not apply, nothing else changes
     log.write_bytes(data[: len(data) // 2])
     assert HudiTable.open(str(path)).read().num_rows == 8

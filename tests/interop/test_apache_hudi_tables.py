@@ -37,11 +37,11 @@ import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 from hudi_testdata import COW_TABLES, MOR_TABLES, V6_TABLES, TableCache, available
 
-import inlet.core.readers as readers
-from inlet.core.filegroups import BaseFile
-from inlet.core.instant import State
+import inlet.core.read.snapshot as readers
+from inlet.core.file_group.view import BaseFile
 from inlet.core.schema import META_COLUMNS
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.instant import State
 
 pytestmark = pytest.mark.skipif(not available(), reason="../shared/testdata/hudi-tables is not present")
 

@@ -13,7 +13,7 @@ from hudi_testdata import COW_TABLES, MOR_TABLES, available, extract
 
 from inlet.core import HudiTable
 from inlet.core.errors import UnsupportedError
-from inlet.core.instant import Action
+from inlet.core.timeline.instant import Action
 
 pytestmark = pytest.mark.skipif(not available(), reason="../shared/testdata/hudi-tables is not present")
 

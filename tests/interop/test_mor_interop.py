@@ -48,9 +48,9 @@ from model import (
 )
 
 from inlet.core import avro, faults
-from inlet.core.filegroups import LogFile, list_data_files
-from inlet.core.instant import Instant, State
-from inlet.core.table import CommitResult, HudiTable
+from inlet.core.file_group.view import LogFile, list_data_files
+from inlet.core.table.facade import CommitResult, HudiTable
+from inlet.core.timeline.instant import Instant, State
 
 META = (COMMIT_TIME, RECORD_KEY, PARTITION_PATH)
 SEQNO = "_hoodie_commit_seqno"
@@ -621,7 +621,7 @@ def test_crashed_deltacommit_is_rolled_back(mor: Any) -> None:
     code = """
     import sys
     import pyarrow.parquet as pq
-    from inlet.core.table import HudiTable
+    from inlet.core.table.facade import HudiTable
     HudiTable.open(sys.argv[1]).write(pq.read_table(sys.argv[2]), "upsert",
                                       options={"hoodie.parquet.small.file.limit": "0"})
     """

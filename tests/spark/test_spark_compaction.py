@@ -20,9 +20,9 @@ from hudi import HudiReadOptions, HudiTableBuilder
 from pyspark.sql import SparkSession
 
 from inlet.core import spark as inlet_spark
-from inlet.core.filegroups import BaseFile, list_data_files
-from inlet.core.instant import State
-from inlet.core.table import HudiTable
+from inlet.core.file_group.view import BaseFile, list_data_files
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.instant import State
 
 SCHEMA = "id long, p string, ts long, v string, _hoodie_is_deleted boolean"
 

@@ -20,15 +20,16 @@ from hudi import HudiReadOptions, HudiTableBuilder
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from inlet.core import markers, writers
 from inlet.core import spark as inlet_spark
-from inlet.core.commit import LocalCommitProtocol
-from inlet.core.commit_metadata import CommitMetadata
+from inlet.core.commit import markers
+from inlet.core.commit.protocol import LocalCommitProtocol
 from inlet.core.errors import InvalidConfigError, InvalidInputError, SchemaError, TableExistsError
-from inlet.core.filegroups import BaseFile, list_data_files
-from inlet.core.instant import Instant
+from inlet.core.file_group.view import BaseFile, list_data_files
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Instant
+from inlet.core.write import writers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model import hudi_bucket

@@ -29,8 +29,8 @@ import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
 from inlet.core import faults
-from inlet.core.filegroups import BaseFile, LogFile, list_data_files
-from inlet.core.table import HudiTable
+from inlet.core.file_group.view import BaseFile, LogFile, list_data_files
+from inlet.core.table.facade import HudiTable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -39,7 +39,7 @@ JOB = """
 import json, logging, sys
 sys.path.insert(0, sys.argv[1])
 logging.basicConfig(stream=sys.stderr, format="%(name)s %(message)s")
-logging.getLogger("inlet.core.writers").setLevel(logging.INFO)
+logging.getLogger("inlet.core.write.writers").setLevel(logging.INFO)
 from conftest import spark_builder
 
 base = sys.argv[2]

@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from inlet.core import spark as inlet_spark
 from inlet.core.errors import InvalidInputError, InvalidOptionError
-from inlet.core.instant import State
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.instant import State
 
 HEARTBEAT = "hoodie.client.heartbeat.interval_in_ms"
 TRIPS = "uuid string, city string, ts long, fare double"

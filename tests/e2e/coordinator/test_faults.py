@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from inlet.core import avro
-from inlet.core.instant import Instant
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.instant import Instant
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.coordinator_client.client import GrpcCommitProtocol
 from inlet.services.stack import EmbeddedKafka

@@ -13,10 +13,10 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from inlet.core.commit_metadata import CommitMetadata
-from inlet.core.instant import Instant, parse_instant_time
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Instant, parse_instant_time
 from inlet.proto.events.v1 import events_pb2
 from inlet.proto.hudi.v1 import commit_pb2
 from inlet.services.coordinator_client.client import GrpcCommitProtocol

@@ -38,10 +38,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from inlet.core.commit_metadata import CommitMetadata
-from inlet.core.instant import Instant
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Instant
 from inlet.services.coordinator_client.client import ConflictError, CoordinatorClient, GrpcCommitProtocol
 
 SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("fare", pa.float64())])

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inlet.core.commit_metadata import CommitMetadata, WriteStat
-from inlet.core.instant import Instant, State
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Instant, State
 from inlet.proto.events.v1 import events_pb2
 from inlet.proto.hudi.v1 import commit_pb2
 from inlet.services.coordinator import validation

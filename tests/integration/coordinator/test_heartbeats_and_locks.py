@@ -18,11 +18,11 @@ from coordinator_helpers import rows
 from hudi import HudiReadOptions, HudiTableBuilder
 
 from inlet.core import avro, faults
-from inlet.core.commit_metadata import CommitMetadata
 from inlet.core.errors import CommitConflictError
-from inlet.core.instant import Instant, State
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Instant, State
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import (
     CoordinatorCallError,
@@ -37,7 +37,7 @@ CRASHING_WRITER = """
 import sys
 import pyarrow as pa
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 address, table_id, path = sys.argv[1:4]
 protocol = GrpcCommitProtocol(CoordinatorClient(address), table_id, Storage(path), writer_id="doomed")
@@ -230,7 +230,7 @@ def test_janitor_finishes_a_rollback_whose_writer_died(
     rollback's heartbeat expires the janitor finishes it from its plan."""
     import psycopg
 
-    from inlet.core import rollback
+    from inlet.core.actions import rollback
 
     path = lake / "rb"
     HudiTable.create(str(path), name="rb", record_key="id", partition_by="city")

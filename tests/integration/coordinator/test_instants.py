@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from coordinator_helpers import rows
 
-from inlet.core.commit_metadata import CommitMetadata, WriteStat
-from inlet.core.instant import Instant, State
-from inlet.core.table import HudiTable
-from inlet.core.timeline import Timeline
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Instant, State
 from inlet.proto.coordinator.v1 import coordinator_pb2
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.coordinator.server import RunningServer

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pytest
 
 from inlet.core import HudiTable
-from inlet.core.instant import Action
 from inlet.core.storage import Storage
+from inlet.core.timeline.instant import Action
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from inlet.core import index
-from inlet.core.filegroups import BaseFile, list_data_files
+from inlet.core.file_group.view import BaseFile, list_data_files
+from inlet.core.index import bucket as index
 
 JAVA_SOURCE = r"""
 import java.io.BufferedReader;

@@ -1,4 +1,4 @@
-"""Clean (``inlet.core.clean``): after a clean every instant of the retained window still reads as
+"""Clean (``inlet.core.actions.clean``): after a clean every instant of the retained window still reads as
 the model of the writes had it, the latest state reads the same by Inlet and both hudi-rs readers,
 exactly the files Hudi's cleaner rules name are gone (computed here from file names alone), pending
 compactions keep their input, and a clean killed at any step is finished by the next run."""
@@ -17,7 +17,7 @@ from conftest import all_reads, rows, run_python, trips
 
 from inlet.core import HudiTable
 from inlet.core.errors import InvalidOptionError
-from inlet.core.instant import Action, State
+from inlet.core.timeline.instant import Action, State
 
 CITIES = ["sf", "nyc", "la"]
 BASE_NAME = re.compile(r"^(?P<fid>[^_]+)_[^_]+_(?P<t>\d{17})\.parquet$")

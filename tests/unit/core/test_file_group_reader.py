@@ -4,7 +4,7 @@ Random file slices (a Parquet base file, Avro and Parquet data blocks, delete bl
 :func:`inlet.core.file_group_reader.read_file_slice` and compared with two oracles:
 
 - a reference model written here: per key, the writes folded one at a time with dicts, from the
-  rules in :mod:`inlet.core.file_group_reader`'s docstring;
+  rules in :mod:`inlet.core.file_group.reader`'s docstring;
 - the record-by-record :class:`~inlet.core.file_group_reader.RecordMerger` (the pre-vectorised
   implementation, kept for the keys the vectorised path hands it), fed the same writes.
 
@@ -29,9 +29,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inlet.core import file_group_reader as fgr
 from inlet.core.config import MergeMode
-from inlet.core.file_group_reader import (
+from inlet.core.file_group import reader as fgr
+from inlet.core.file_group.reader import (
     BlockFilter,
     MergeConfig,
     RecordMerger,
@@ -39,9 +39,9 @@ from inlet.core.file_group_reader import (
     merge_log_records,
     read_file_slice,
 )
-from inlet.core.filegroups import BaseFile, FileSlice, LogFile
-from inlet.core.log_blocks import DeleteRecord
-from inlet.core.log_writer import DataBlockFormat, data_block, delete_block, write_log_file
+from inlet.core.file_group.view import BaseFile, FileSlice, LogFile
+from inlet.core.log.blocks import DeleteRecord
+from inlet.core.log.writer import DataBlockFormat, data_block, delete_block, write_log_file
 from inlet.core.storage import Storage
 
 MARKER = "__debezium_unavailable_value"

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-from inlet.core.commit import LocalCommitProtocol, next_instant_time
-from inlet.core.commit_metadata import CommitMetadata
-from inlet.core.instant import Action, Instant, State, format_instant_time, parse_instant_time
+from inlet.core.commit.protocol import LocalCommitProtocol, next_instant_time
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Action, Instant, State, format_instant_time, parse_instant_time
 
 TIME_RE = re.compile(r"^\d{17}$")
 
 BEGIN_MANY = """
 import sys
-from inlet.core.commit import LocalCommitProtocol
+from inlet.core.commit.protocol import LocalCommitProtocol
 from inlet.core.storage import Storage
 
 proto = LocalCommitProtocol(Storage(sys.argv[1]))
@@ -164,7 +164,7 @@ def test_instant_time_format_is_millisecond_precision(moment: dt.datetime) -> No
 
 def test_table_lock_is_reentrant_across_spellings_of_one_table(tmp_path: Path) -> None:
     """``/t`` and ``file:///t`` are one table: nesting their locks in one thread must not deadlock."""
-    from inlet.core.locks import table_lock
+    from inlet.core.commit.locks import table_lock
 
     path = tmp_path / "t"
     path.mkdir()
@@ -188,7 +188,7 @@ def test_table_lock_is_reentrant_across_spellings_of_one_table(tmp_path: Path) -
 
 
 def test_table_lock_excludes_other_threads(tmp_path: Path) -> None:
-    from inlet.core.locks import table_lock
+    from inlet.core.commit.locks import table_lock
 
     storage = Storage(str(tmp_path / "t"))
     inside = threading.Event()

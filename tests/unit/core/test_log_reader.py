@@ -20,19 +20,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from inlet.core import avro, log_reader
+from inlet.core import avro
 from inlet.core.config import MergeMode
 from inlet.core.errors import CorruptFileError, UnsupportedError
-from inlet.core.file_group_reader import (
+from inlet.core.file_group.reader import (
     BlockFilter,
     MergeConfig,
     RecordMerger,
     merge_log_records,
     read_merged,
 )
-from inlet.core.filegroups import BaseFile, FileSlice, FileSystemView, LogFile
-from inlet.core.log_blocks import BlockType, HeaderKey
-from inlet.core.log_reader import (
+from inlet.core.file_group.view import BaseFile, FileSlice, FileSystemView, LogFile
+from inlet.core.log import reader as log_reader
+from inlet.core.log.blocks import BlockType, HeaderKey
+from inlet.core.log.reader import (
     BytesSource,
     decode_block,
     iter_block_batches,
@@ -42,7 +43,7 @@ from inlet.core.log_reader import (
     scan_frames,
 )
 from inlet.core.storage import FileInfo, Storage
-from inlet.core.timeline import Timeline
+from inlet.core.timeline.active import Timeline
 
 META = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path")
 MARKER = "__debezium_unavailable_value"
@@ -240,7 +241,7 @@ def test_a_log_cut_at_every_byte_reads_its_whole_blocks(caplog: pytest.LogCaptur
     full_src = BytesSource(data)
     full_scan = scan_frames(full_src, "x.log")
     full = _decoded(full_src, full_scan)
-    caplog.set_level(logging.WARNING, logger="inlet.core.log_reader")
+    caplog.set_level(logging.WARNING, logger="inlet.core.log.reader")
     for cut in range(len(data) + 1):
         caplog.clear()
         src = BytesSource(data[:cut])
@@ -708,7 +709,7 @@ def test_pending_compaction_leaves_new_logs_on_the_previous_slice(tmp_path: Path
 
 
 def test_avro_named_types_resolve_by_full_name() -> None:
-    from inlet.core.log_reader import avro_to_arrow_schema
+    from inlet.core.log.reader import avro_to_arrow_schema
 
     schema = {
         "type": "record",

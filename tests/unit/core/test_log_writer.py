@@ -29,15 +29,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from inlet.core import log_writer as lw
 from inlet.core.config import TableType
-from inlet.core.file_group_reader import BlockFilter
-from inlet.core.filegroups import LogFile
-from inlet.core.log_blocks import BlockType, DeleteRecord, HeaderKey
+from inlet.core.file_group.reader import BlockFilter
+from inlet.core.file_group.view import LogFile
+from inlet.core.log import writer as lw
+from inlet.core.log.blocks import BlockType, DeleteRecord, HeaderKey
 from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema, to_avro_schema
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
-from inlet.core.writers import LogKeyCache
+from inlet.core.table.facade import HudiTable
+from inlet.core.write.writers import LogKeyCache
 
 TESTDATA = Path(__file__).resolve().parents[3].parent / "shared" / "testdata" / "hudi-tables"
 
@@ -720,7 +720,7 @@ def test_a_failed_deltacommit_is_rolled_back_at_once(tmp_path: Path, monkeypatch
 def test_simple_index_finds_keys_held_only_in_log_files(tmp_path: Path, kit: Any) -> None:
     """Keys written to log-only file groups (bucket index) are found by the simple index, so an
     upsert appends to their file group instead of inserting a duplicate into a new base file."""
-    from inlet.core import properties
+    from inlet.core.table import properties
 
     path = str(tmp_path / "t")
     t = HudiTable.create(

@@ -9,7 +9,7 @@ import pytest
 
 from inlet.core import HudiTable, TableExistsError, TableNotFoundError
 from inlet.core.errors import InvalidConfigError
-from inlet.core.properties import dumps, loads, table_checksum
+from inlet.core.table.properties import dumps, loads, table_checksum
 
 
 def test_round_trip_escapes_java_special_characters() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from inlet.core import avro, faults
-from inlet.core.commit_metadata import CommitMetadata
-from inlet.core.instant import Action, Instant, State
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Action, Instant, State
 
 T = "20240102030405678"
 C = "20240102030406789"
@@ -200,7 +200,7 @@ def test_timeline_reads_every_state(trips_table: Any) -> None:
 
 def test_layout1_timeline_lives_in_dot_hoodie(tmp_path: Path) -> None:
     from inlet.core.storage import Storage
-    from inlet.core.timeline import Timeline
+    from inlet.core.timeline.active import Timeline
 
     storage = Storage(str(tmp_path / "v6"))
     storage.write_bytes(f".hoodie/{T}.commit.requested", b"")

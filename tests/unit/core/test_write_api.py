@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from inlet.core import HudiTable, InvalidInputError, SchemaError
-from inlet.core.filegroups import BaseFile
-from inlet.core.writers import locate_keys
+from inlet.core.file_group.view import BaseFile
+from inlet.core.write.writers import locate_keys
 
 
 def _table(tmp_path: pathlib.Path, **kw: object) -> HudiTable:

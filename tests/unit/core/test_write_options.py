@@ -16,7 +16,7 @@ import pytest
 
 from inlet.core import HudiTable
 from inlet.core.errors import InvalidConfigError, InvalidInputError, InvalidOptionError
-from inlet.core.instant import State
+from inlet.core.timeline.instant import State
 
 HEARTBEAT = "hoodie.client.heartbeat.interval_in_ms"
 DUE = {"hoodie.compact.inline.max.delta.commits": "1"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from inlet.core import HudiTable
-from inlet.core.instant import State
+from inlet.core.timeline.instant import State
 from inlet.services.table_services.actions import COMPACTION, run_services
 
 DUE = {"hoodie.compact.inline.max.delta.commits": "1"}

@@ -3,8 +3,7 @@
 The entry point is :class:`HudiTable`; see its ``create``, ``open``, ``write`` and ``read``.
 """
 
-from inlet.core.commit import CommitProtocol, LocalCommitProtocol
-from inlet.core.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.commit.protocol import CommitProtocol, LocalCommitProtocol
 from inlet.core.config import (
     BulkInsertSortMode,
     IndexType,
@@ -26,9 +25,10 @@ from inlet.core.errors import (
     TableNotFoundError,
     UnsupportedError,
 )
-from inlet.core.instant import Instant, State
 from inlet.core.keys import TimestampPartitioning
-from inlet.core.table import CommitResult, HudiTable
+from inlet.core.table.facade import CommitResult, HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Instant, State
 
 __all__ = [
     "BulkInsertSortMode",

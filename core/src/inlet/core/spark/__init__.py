@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
-    from inlet.core.commit import CommitProtocol
-    from inlet.core.table import CommitResult
+    from inlet.core.commit.protocol import CommitProtocol
+    from inlet.core.table.facade import CommitResult
 
 
 def write(

@@ -14,12 +14,13 @@ from functools import partial
 
 from pyspark.sql import SparkSession
 
-from inlet.core import compaction, faults
-from inlet.core.commit import CommitProtocol
-from inlet.core.commit_metadata import WriteStat
+from inlet.core import faults
+from inlet.core.actions import compaction
+from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.spark.writer import _maybe_crash, _stat_json, _stat_of, _task, run_job
 from inlet.core.storage import Storage
-from inlet.core.table import CommitResult, HudiTable
+from inlet.core.table.facade import CommitResult, HudiTable
+from inlet.core.timeline.commit_metadata import WriteStat
 
 CRASH_AT = "hoodie.inlet.spark.crash.at"  # fault injection (tests), as for writes
 

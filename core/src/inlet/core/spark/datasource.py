@@ -74,8 +74,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import DoubleType, FloatType, StructType
 
-from inlet.core import markers
-from inlet.core.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from inlet.core.actions.rollback import rollback, rollback_failed_writes
+from inlet.core.commit import markers
+from inlet.core.commit.heartbeat import HEARTBEAT_DIR
 from inlet.core.config import BulkInsertSortMode, IndexType, TableType, WriteConfig, WriteOperation
 from inlet.core.errors import (
     InletError,
@@ -84,20 +85,19 @@ from inlet.core.errors import (
     TableNotFoundError,
     UnsupportedError,
 )
-from inlet.core.filegroups import FileSlice, new_file_id
-from inlet.core.heartbeat import HEARTBEAT_DIR
-from inlet.core.instant import Action, Instant, State
-from inlet.core.readers import Filter, ReadPlan, filter_expression, plan_read, read_slice
-from inlet.core.rollback import rollback, rollback_failed_writes
+from inlet.core.file_group.view import FileSlice, new_file_id
+from inlet.core.read.snapshot import Filter, ReadPlan, filter_expression, plan_read, read_slice
 from inlet.core.schema import evolve, to_avro_schema
 from inlet.core.spark import types as spark_types
-from inlet.core.table import HudiTable
-from inlet.core.writers import check_write_options
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Action, Instant, State
+from inlet.core.write.writers import check_write_options
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-log = logging.getLogger("inlet.core.spark.datasource")
+log = logging.getLogger(__name__)
 
 FORMAT_NAMES = ("hudi", "inlet")
 QUERY_TYPE = "hoodie.datasource.query.type"
@@ -199,7 +199,7 @@ def _filters_option(text: str | None) -> tuple[Filter, ...]:
 
 def _as_of_instant(text: str) -> str:
     """Hudi's ``as.of.instant`` formats (``HoodieSqlCommonUtils.formatQueryInstant``) as 17 digits."""
-    from inlet.core.instant import normalize_instant_time
+    from inlet.core.timeline.instant import normalize_instant_time
 
     t = text.strip()
     digits = t.isdigit() and len(t) in (14, 17)
@@ -481,7 +481,7 @@ class HudiWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
         from pyspark import TaskContext
 
-        from inlet.core.writers import (
+        from inlet.core.write.writers import (
             DELETED,
             KEY,
             PARTITION,

@@ -36,7 +36,7 @@ from inlet.core.config import (
 )
 from inlet.core.errors import InvalidConfigError, UnsupportedError
 from inlet.core.keys import TimestampPartitioning
-from inlet.core.table import HudiTable
+from inlet.core.table.facade import HudiTable
 
 # ------------------------------------------------------------------------------ option names
 

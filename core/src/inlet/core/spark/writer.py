@@ -86,10 +86,9 @@ from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from inlet.core import errors, faults, writers
-from inlet.core import merge as merging
-from inlet.core.commit import CommitProtocol
-from inlet.core.commit_metadata import CommitMetadata, WriteStat
+from inlet.core import errors, faults
+from inlet.core.actions.rollback import rollback_failed_writes
+from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.config import (
     BulkInsertSortMode,
     IndexType,
@@ -106,20 +105,22 @@ from inlet.core.errors import (
     SchemaError,
     TableExistsError,
 )
-from inlet.core.file_group_reader import BlockFilter
-from inlet.core.filegroups import BaseFile, FileSystemView, LogFile, new_file_id
-from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
-from inlet.core.instant import Instant
+from inlet.core.file_group.reader import BlockFilter
+from inlet.core.file_group.view import BaseFile, FileSystemView, LogFile, new_file_id
+from inlet.core.index.bucket import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
 from inlet.core.keys import KeyGenerator
-from inlet.core.rollback import rollback_failed_writes
+from inlet.core.merge import dedupe as merging
 from inlet.core.schema import META_COLUMNS, cast_to, normalize_schema, normalize_type, to_avro_schema
 from inlet.core.spark import options as opt
 from inlet.core.spark import types as spark_types
 from inlet.core.storage import Storage
-from inlet.core.table import CommitResult, HudiTable
-from inlet.core.writers import DELETED, KEY, PARTITION, FileGroupWrite, WriteContext
+from inlet.core.table.facade import CommitResult, HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Instant
+from inlet.core.write import writers
+from inlet.core.write.writers import DELETED, KEY, PARTITION, FileGroupWrite, WriteContext
 
-log = logging.getLogger("inlet.core.spark.writer")
+log = logging.getLogger(__name__)
 
 SEQ = "__inlet_seq"  # arrival number: (Spark partition << 33) + row number, like monotonically_increasing_id
 BUCKET = "__inlet_bucket"

@@ -45,9 +45,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from inlet.core import HudiTable
-from inlet.core.filegroups import FileSystemView
-from inlet.core.instant import Action, Instant
-from inlet.core.timeline import Timeline
+from inlet.core.file_group.view import FileSystemView
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.instant import Action, Instant
 from inlet.services.catalog_sync import schema as sch
 from inlet.services.catalog_sync.config import (
     INPUT_FORMAT,

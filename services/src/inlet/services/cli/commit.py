@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterator
 
 from inlet.core import HudiTable
-from inlet.core.commit import CommitProtocol
+from inlet.core.commit.protocol import CommitProtocol
 from inlet.services.cli.errors import UsageError
 from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.dataset as pads
 
-from inlet.core.commit import CommitProtocol
+from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.errors import SchemaError
 from inlet.core.schema import cast_to, normalize_schema, normalize_type
 from inlet.services.cli import dataio
@@ -29,7 +29,7 @@ from inlet.services.cli.options import choice, choices_metavar, env, env_choice,
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from inlet.core.table import CommitResult
+    from inlet.core.table.facade import CommitResult
 
 log = logging.getLogger("inlet.cli")
 
@@ -210,7 +210,7 @@ def read(
         "inlet.read.meta.columns": str(not args.no_meta).lower(),
     }
     if args.as_of:
-        from inlet.core.instant import normalize_instant_time
+        from inlet.core.timeline.instant import normalize_instant_time
 
         options["as.of.instant"] = normalize_instant_time(args.as_of)
     if columns:

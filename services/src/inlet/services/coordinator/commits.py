@@ -23,16 +23,18 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inlet.core import avro, heartbeat, rollback
-from inlet.core import properties as props_io
-from inlet.core.commit import CommitProtocol, check_still_pending, find_conflicts, next_instant_time
-from inlet.core.commit_metadata import CommitMetadata, WriteStat
+from inlet.core import avro
+from inlet.core.actions import rollback
+from inlet.core.commit import heartbeat
+from inlet.core.commit.protocol import CommitProtocol, check_still_pending, find_conflicts, next_instant_time
 from inlet.core.config import IndexType, TableConfig, TableType, WriteOperation
 from inlet.core.errors import CommitConflictError, InletError, TableNotFoundError
-from inlet.core.instant import Action, Instant, State
 from inlet.core.storage import Storage
-from inlet.core.table import HudiTable
-from inlet.core.timeline import Timeline
+from inlet.core.table import properties as props_io
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Action, Instant, State
 from inlet.services.coordinator import validation
 from inlet.services.coordinator.errors import (
     AlreadyExists,

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from google.protobuf import timestamp_pb2
 
-from inlet.core.commit_metadata import CommitMetadata
-from inlet.core.instant import Instant, parse_instant_time
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Instant, parse_instant_time
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.coordinator_client import convert
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from inlet.core.instant import Action
+from inlet.core.timeline.instant import Action
 from inlet.services.coordinator.errors import InvalidArgument, PermissionDenied
 
 TABLE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")

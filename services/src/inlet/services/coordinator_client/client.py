@@ -27,14 +27,14 @@ from typing import Any, TypeVar
 import grpc
 
 from inlet.core import avro
-from inlet.core import properties as props_io
-from inlet.core.commit import CommitProtocol
-from inlet.core.commit_metadata import CommitMetadata
+from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.config import TableConfig
 from inlet.core.errors import CommitConflictError, InletError
-from inlet.core.instant import Action, Instant, State
 from inlet.core.storage import Storage
-from inlet.core.timeline import Timeline
+from inlet.core.table import properties as props_io
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Action, Instant, State
 from inlet.proto.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from inlet.services.coordinator_client import convert
 

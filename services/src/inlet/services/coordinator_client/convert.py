@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from inlet.core.commit_metadata import CommitMetadata, WriteStat
-from inlet.core.instant import Action, Instant, State
+from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Action, Instant, State
 from inlet.proto.hudi.v1 import commit_pb2
 
 _STATE_TO_PROTO = {

@@ -12,7 +12,7 @@ Compaction (Merge-on-Read only), as Apache Hudi's async compaction does it:
    ``hoodie.compact.inline.max.delta.seconds``, from the service's options and the table's
    properties) and run.
 
-Clean (every table), as Apache Hudi's cleaner does after commits (see :mod:`inlet.core.clean`):
+Clean (every table), as Apache Hudi's cleaner does after commits (see :mod:`inlet.core.actions.clean`):
 interrupted cleans are finished, failed writes rolled back, and the file slices outside the
 retained window (``hoodie.clean.policy``, ``hoodie.clean.commits.retained`` = 10, ...) deleted.
 It runs after compaction, so the slices a compaction just replaced become cleanable.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from inlet.core import HudiTable
 from inlet.core.config import TableType
-from inlet.core.instant import State, parse_instant_time
+from inlet.core.timeline.instant import State, parse_instant_time
 
 STALE_PLAN_S = 60.0
 COMPACTION = "compaction"

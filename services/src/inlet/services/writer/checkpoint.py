@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from inlet.core.instant import Action
 from inlet.core.storage import Storage
-from inlet.core.timeline import Timeline
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.instant import Action
 
 CHECKPOINT_KEY = "deltastreamer.checkpoint.key"
 RANGES_KEY = "inlet.kafka.offset.ranges"
@@ -98,8 +98,8 @@ def table_checkpoint(
 
 
 def _load_timeline(storage: Storage) -> Timeline:
-    from inlet.core import properties as props_io
     from inlet.core.config import TableConfig
+    from inlet.core.table import properties as props_io
 
     props = props_io.read_properties(storage)
     return Timeline.load(

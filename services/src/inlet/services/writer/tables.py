@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from inlet.core import HudiTable
-from inlet.core import properties as props_io
 from inlet.core.errors import TableExistsError
 from inlet.core.storage import Storage
+from inlet.core.table import properties as props_io
 from inlet.services.writer.rows import LSN_COL, PLACEHOLDER
 
 TABLE_TYPES = {

@@ -15,7 +15,7 @@ The pipeline (the Spark engine runs the same steps distributed):
 
 Merge-on-Read tables run the same steps as ``deltacommit`` instants (replace operations stay
 ``replacecommit``): :func:`plan_mor_write` sends updates and deletes of a file group to one new
-log file of it (:func:`write_log_group`, blocks encoded by :mod:`inlet.core.log_writer`), and
+log file of it (:func:`write_log_group`, blocks encoded by :mod:`inlet.core.log.writer`), and
 inserts to new base files (simple index) or to the log files of their bucket's file group (bucket
 index). The simple index looks keys up in the latest file slice (base file and log files, the
 slices of :class:`~inlet.core.filegroups.FileSystemView` that readers merge; log keys are read once
@@ -42,10 +42,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from inlet.core import avro, faults, heartbeat, markers
-from inlet.core import log_writer as logs
-from inlet.core import merge as merging
-from inlet.core.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from inlet.core import avro, faults
+from inlet.core.actions.rollback import rollback, rollback_failed_writes
+from inlet.core.commit import heartbeat, markers
 from inlet.core.config import (
     BulkInsertSortMode,
     ConfigKey,
@@ -58,8 +57,8 @@ from inlet.core.config import (
     config_keys,
 )
 from inlet.core.errors import InvalidInputError, SchemaError, UnsupportedError
-from inlet.core.file_group_reader import BlockFilter, counted_blocks
-from inlet.core.filegroups import (
+from inlet.core.file_group.reader import BlockFilter, counted_blocks
+from inlet.core.file_group.view import (
     PARTITION_METADATA_FILE,
     BaseFile,
     FileSlice,
@@ -70,11 +69,11 @@ from inlet.core.filegroups import (
     new_file_id,
     write_token,
 )
-from inlet.core.index import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
-from inlet.core.instant import Action, Instant
+from inlet.core.index.bucket import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
 from inlet.core.keys import KeyGenerator
-from inlet.core.log_blocks import BlockType
-from inlet.core.log_reader import (
+from inlet.core.log import writer as logs
+from inlet.core.log.blocks import BlockType
+from inlet.core.log.reader import (
     BytesSource,
     LogFileScan,
     iter_block_batches,
@@ -82,7 +81,7 @@ from inlet.core.log_reader import (
     read_delete_records,
     scan_frames,
 )
-from inlet.core.rollback import rollback, rollback_failed_writes
+from inlet.core.merge import dedupe as merging
 from inlet.core.schema import (
     IS_DELETED_COLUMN,
     META_COLUMNS,
@@ -93,11 +92,13 @@ from inlet.core.schema import (
     to_avro_schema,
 )
 from inlet.core.storage import Storage
+from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Action, Instant
 
 if TYPE_CHECKING:
-    from inlet.core.table import CommitResult, HudiTable
+    from inlet.core.table.facade import CommitResult, HudiTable
 
-log = logging.getLogger("inlet.core.writers")
+log = logging.getLogger(__name__)
 
 KEY = merging.KEY
 PARTITION = merging.PARTITION
@@ -590,7 +591,7 @@ class LogKeyCache:
     """Record keys of log files, by file: what the simple index of a Merge-on-Read table reads.
 
     Log files of table version 8 are immutable (every deltacommit writes new ones), so a log file's
-    keys are read once per process (through :mod:`inlet.core.log_reader`) and kept, keyed by the
+    keys are read once per process (through :mod:`inlet.core.log.reader`) and kept, keyed by the
     file's full path and size; the writer also stores the keys of every log file it writes, so an
     upsert never decodes the logs of earlier upserts of the same process. The least recently used
     files are dropped beyond ``max_bytes`` of keys.
@@ -1218,7 +1219,7 @@ def run_write(
     atomic rename). Any failure rolls the instant back (its marked files are deleted); a crash
     leaves a pending instant that the next writer rolls back once the heartbeat has expired.
     """
-    from inlet.core.table import CommitResult
+    from inlet.core.table.facade import CommitResult
 
     action = commit_action(table, op)
     requested = b""

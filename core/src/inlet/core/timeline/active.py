@@ -6,10 +6,10 @@ import posixpath
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 
-from inlet.core.commit_metadata import CommitMetadata
 from inlet.core.errors import InstantNotFoundError
-from inlet.core.instant import Action, Instant, State, normalize_instant_time
 from inlet.core.storage import Storage
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time
 
 
 class Timeline:

@@ -54,10 +54,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from inlet.core import avro, faults, heartbeat, markers
-from inlet.core import properties as props_io
-from inlet.core.commit import check_still_pending, now_instant_time
-from inlet.core.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from inlet.core import avro, faults
+from inlet.core.commit import heartbeat, markers
+from inlet.core.commit.locks import table_lock
+from inlet.core.commit.protocol import check_still_pending, now_instant_time
 from inlet.core.config import (
     CompactionConfig,
     CompactionStrategy,
@@ -77,8 +77,8 @@ from inlet.core.errors import (
     InvalidInputError,
     UnsupportedError,
 )
-from inlet.core.file_group_reader import BlockFilter, MergeConfig, SliceStats, read_file_slice
-from inlet.core.filegroups import (
+from inlet.core.file_group.reader import BlockFilter, MergeConfig, SliceStats, read_file_slice
+from inlet.core.file_group.view import (
     BaseFile,
     FileSlice,
     FileSystemView,
@@ -87,13 +87,14 @@ from inlet.core.filegroups import (
     list_data_files,
     write_token,
 )
-from inlet.core.instant import Action, Instant, State, normalize_instant_time, parse_instant_time
-from inlet.core.locks import table_lock
-from inlet.core.readers import merge_config
+from inlet.core.read.snapshot import merge_config
 from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema
 from inlet.core.storage import FileInfo, Storage
-from inlet.core.timeline import Timeline
-from inlet.core.writers import (
+from inlet.core.table import properties as props_io
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
+from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time, parse_instant_time
+from inlet.core.write.writers import (
     WRITE_OPTION_KEYS,
     CommittedInstants,
     ensure_partition_metadata,
@@ -101,9 +102,9 @@ from inlet.core.writers import (
 )
 
 if TYPE_CHECKING:
-    from inlet.core.table import CommitResult, HudiTable
+    from inlet.core.table.facade import CommitResult, HudiTable
 
-log = logging.getLogger("inlet.core.compaction")
+log = logging.getLogger(__name__)
 
 PLAN_VERSION = 2  # HoodieCompactionPlan version Apache Hudi 1.x writes
 COMPACTION_TABLE_VERSIONS = (8, 9)
@@ -827,7 +828,7 @@ def _execute(
     beat: heartbeat.Heartbeat,
     runner: OperationsRunner,
 ) -> CommitResult:
-    from inlet.core.table import CommitResult
+    from inlet.core.table.facade import CommitResult
 
     storage = table.storage
     protocol = table.commit_protocol

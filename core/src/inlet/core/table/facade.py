@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from inlet.core import properties as props_io
-from inlet.core.commit import CommitProtocol, LocalCommitProtocol
-from inlet.core.commit_metadata import CommitMetadata
+from inlet.core.commit.protocol import CommitProtocol, LocalCommitProtocol
 from inlet.core.config import (
     IndexType,
     KeyGeneratorType,
@@ -28,17 +26,19 @@ from inlet.core.config import (
     WriteOperation,
 )
 from inlet.core.errors import InvalidConfigError, TableExistsError, UnsupportedError
-from inlet.core.filegroups import FileSystemView
-from inlet.core.instant import Instant
+from inlet.core.file_group.view import FileSystemView
 from inlet.core.keys import KeyGenerator, TimestampPartitioning
 from inlet.core.schema import from_avro_schema
 from inlet.core.storage import Storage
-from inlet.core.timeline import Timeline
+from inlet.core.table import properties as props_io
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Instant
 
 if TYPE_CHECKING:
-    from inlet.core.changes import Changes
-    from inlet.core.clean import CleanPlan, CleanResult
-    from inlet.core.compaction import CompactionInfo
+    from inlet.core.actions.clean import CleanPlan, CleanResult
+    from inlet.core.actions.compaction import CompactionInfo
+    from inlet.core.read.incremental import Changes
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -358,7 +358,7 @@ class HudiTable:
         ``partitions`` (partition paths) is for ``delete_partition`` without data.
         ``extra_metadata`` is recorded in the commit (e.g. a stream checkpoint).
         """
-        from inlet.core.writers import write_table
+        from inlet.core.write.writers import write_table
 
         return write_table(self, data, operation, options or {}, partitions, extra_metadata or {})
 
@@ -379,7 +379,7 @@ class HudiTable:
         ``query_type`` ``"snapshot"`` merges Merge-on-Read log files into their base files;
         ``"read_optimized"`` reads base files only (the same as a snapshot on Copy-on-Write).
         """
-        from inlet.core.readers import read_table
+        from inlet.core.read.snapshot import read_table
 
         return read_table(
             self,
@@ -400,14 +400,14 @@ class HudiTable:
     ) -> Changes:
         """Incremental query (latest state): the records written by the commits completed in
         ``(begin, end]`` as of the window's end; ``.resume_from`` is the next ``begin``. See
-        :mod:`inlet.core.changes`."""
-        from inlet.core.changes import read_incremental
+        :mod:`inlet.core.read.incremental`."""
+        from inlet.core.read.incremental import read_incremental
 
         return read_incremental(self, begin, end, columns, filters, meta_columns)
 
     def rollback_failed_writes(self, force: bool = False) -> list[str]:
         """Roll back pending writes whose writers are gone (all pending writes with ``force``)."""
-        from inlet.core.rollback import rollback_failed_writes
+        from inlet.core.actions.rollback import rollback_failed_writes
 
         return rollback_failed_writes(self, force=force)
 
@@ -415,8 +415,8 @@ class HudiTable:
 
     def schedule_compaction(self, options: dict[str, str] | None = None) -> str | None:
         """Schedule a compaction if one is due (``hoodie.compact.inline.*``, ``hoodie.compaction.*``
-        options); returns its instant time, or None. See :mod:`inlet.core.compaction`."""
-        from inlet.core.compaction import schedule
+        options); returns its instant time, or None. See :mod:`inlet.core.actions.compaction`."""
+        from inlet.core.actions.compaction import schedule
 
         return schedule(self, options)
 
@@ -424,19 +424,19 @@ class HudiTable:
         self, instant: str | None = None, options: dict[str, str] | None = None, force: bool = False
     ) -> CommitResult | None:
         """Run a pending compaction (``instant``, or the earliest); None if none is pending."""
-        from inlet.core.compaction import run
+        from inlet.core.actions.compaction import run
 
         return run(self, instant, options, force=force)
 
     def compact(self, options: dict[str, str] | None = None) -> CommitResult | None:
         """Schedule a compaction if one is due and run it; None if none was scheduled."""
-        from inlet.core.compaction import compact
+        from inlet.core.actions.compaction import compact
 
         return compact(self, options)
 
     def compactions(self) -> list[CompactionInfo]:
         """Compactions on the active timeline (pending and completed) with their plans."""
-        from inlet.core.compaction import show
+        from inlet.core.actions.compaction import show
 
         return show(self)
 
@@ -444,19 +444,19 @@ class HudiTable:
 
     def clean(self, options: dict[str, str] | None = None) -> CleanResult:
         """Delete the file slices the retained window no longer needs (``hoodie.clean.*`` options);
-        finishes interrupted cleans first. See :mod:`inlet.core.clean`."""
-        from inlet.core.clean import clean
+        finishes interrupted cleans first. See :mod:`inlet.core.actions.clean`."""
+        from inlet.core.actions.clean import clean
 
         return clean(self, options)
 
     def plan_clean(self, options: dict[str, str] | None = None) -> CleanPlan:
         """What :meth:`clean` would delete now, without deleting or writing anything."""
-        from inlet.core.clean import plan_clean
+        from inlet.core.actions.clean import plan_clean
 
         return plan_clean(self, self.commit_protocol.timeline(), options or {})
 
     def cleans(self) -> list[dict[str, Any]]:
         """The clean instants on the active timeline (pending and completed)."""
-        from inlet.core.clean import cleans
+        from inlet.core.actions.clean import cleans
 
         return cleans(self)

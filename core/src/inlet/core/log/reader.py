@@ -1,6 +1,6 @@
 """Decoding Merge-on-Read log files: block framing, Avro/Parquet data blocks, delete and command blocks.
 
-A log file is a sequence of blocks (see :mod:`inlet.core.log_blocks` for the byte layout). Reading
+A log file is a sequence of blocks (see :mod:`inlet.core.log.blocks` for the byte layout). Reading
 happens in two steps, so a reader can stream a file group with bounded memory:
 
 1. :func:`scan_log_file` walks the block *frames*: magic, lengths, header, footer and the trailing
@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from inlet.core import avro
 from inlet.core.errors import CorruptFileError, UnsupportedError
-from inlet.core.log_blocks import (
+from inlet.core.log.blocks import (
     DATA_BLOCK_VERSION,
     LOG_FORMAT_VERSION,
     MAGIC,

@@ -36,17 +36,17 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from inlet.core import avro, faults
+from inlet.core.commit.locks import table_lock
 from inlet.core.config import ConfigKey, check_options, config_keys
-from inlet.core.filegroups import FileGroup, FileSlice, FileSystemView
-from inlet.core.instant import Action, Instant, State, format_instant_time
-from inlet.core.locks import table_lock
-from inlet.core.timeline import Timeline
-from inlet.core.writers import check_writable
+from inlet.core.file_group.view import FileGroup, FileSlice, FileSystemView
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.instant import Action, Instant, State, format_instant_time
+from inlet.core.write.writers import check_writable
 
 if TYPE_CHECKING:
-    from inlet.core.table import HudiTable
+    from inlet.core.table.facade import HudiTable
 
-log = logging.getLogger("inlet.core.clean")
+log = logging.getLogger(__name__)
 
 PLAN_VERSION = 2  # CleanPlanV2MigrationHandler: filePathsToBeDeletedPerPartition with full paths
 METADATA_VERSION = 2
@@ -188,7 +188,7 @@ def _slice_files(s: FileSlice) -> list[str]:
 def _protected(table: HudiTable, timeline: Timeline) -> tuple[set[tuple[str, str, str]], set[str]]:
     """(partition, file id, base instant) of slices pending compactions read, and the files every
     savepoint's instant sees."""
-    from inlet.core.compaction import read_plan
+    from inlet.core.actions.compaction import read_plan
 
     slices: set[tuple[str, str, str]] = set()
     for inst in timeline.pending([Action.COMPACTION]):

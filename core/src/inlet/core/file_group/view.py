@@ -34,9 +34,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from inlet.core.instant import Action
 from inlet.core.storage import FileInfo, Storage
-from inlet.core.timeline import Timeline
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.instant import Action
 
 BASE_FILE_EXTENSIONS = (".parquet", ".orc", ".hfile")
 PARTITION_METADATA_FILE = ".hoodie_partition_metadata"

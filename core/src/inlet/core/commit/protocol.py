@@ -18,14 +18,14 @@ import logging
 import time
 
 from inlet.core import avro
-from inlet.core.commit_metadata import CommitMetadata
+from inlet.core.commit.locks import table_lock
 from inlet.core.errors import CommitConflictError, InletError
-from inlet.core.instant import Action, Instant, State, format_instant_time, parse_instant_time
-from inlet.core.locks import table_lock
 from inlet.core.storage import Storage
-from inlet.core.timeline import Timeline
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Action, Instant, State, format_instant_time, parse_instant_time
 
-log = logging.getLogger("inlet.core.commit")
+log = logging.getLogger(__name__)
 
 
 def now_instant_time() -> str:

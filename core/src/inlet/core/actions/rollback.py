@@ -13,7 +13,7 @@ the files), ``<r>.rollback.inflight``, delete the files, ``<r>_<c>.rollback``
 A rollback interrupted half-way is finished by the next one from its plan.
 
 A pending write is rolled back by another writer only when its heartbeat has expired (see
-:mod:`inlet.core.heartbeat`). The plan is written under the table lock after checking that the
+:mod:`inlet.core.commit.heartbeat`). The plan is written under the table lock after checking that the
 write is still pending, and :meth:`LocalCommitProtocol.complete` refuses an instant that has a
 pending rollback, so a writer wrongly taken for dead fails its commit instead of losing files.
 """
@@ -25,16 +25,17 @@ import posixpath
 import time
 from typing import TYPE_CHECKING, Any
 
-from inlet.core import avro, faults, heartbeat, markers
+from inlet.core import avro, faults
+from inlet.core.commit import heartbeat, markers
+from inlet.core.commit.locks import table_lock
 from inlet.core.errors import InletError
-from inlet.core.filegroups import BaseFile, LogFile, list_data_files
-from inlet.core.instant import Action, Instant, State
-from inlet.core.locks import table_lock
+from inlet.core.file_group.view import BaseFile, LogFile, list_data_files
+from inlet.core.timeline.instant import Action, Instant, State
 
 if TYPE_CHECKING:
-    from inlet.core.table import HudiTable
+    from inlet.core.table.facade import HudiTable
 
-log = logging.getLogger("inlet.core.rollback")
+log = logging.getLogger(__name__)
 
 
 def files_of(table: HudiTable, instant_time: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 - Copy-on-Write, and Merge-on-Read ``read_optimized``: the base file of each visible file slice.
 - Merge-on-Read ``snapshot``: each visible file slice's base file merged with its log files
-  (:mod:`inlet.core.file_group_reader`), one file group at a time.
+  (:mod:`inlet.core.file_group.reader`), one file group at a time.
 
 Partition pruning uses the partition values encoded in partition paths; file and row-group
 pruning uses Parquet statistics (pyarrow's filtered Parquet scan) for slices without log files.
@@ -24,19 +24,19 @@ import pyarrow.dataset as ds
 
 from inlet.core.config import TableConfig, TableType
 from inlet.core.errors import InvalidInputError
-from inlet.core.file_group_reader import (
+from inlet.core.file_group.reader import (
     DEBEZIUM_UNAVAILABLE_VALUE,
     BlockFilter,
     MergeConfig,
     merge_columns,
     read_file_slice,
 )
-from inlet.core.filegroups import BaseFile, FileSlice, FileSystemView
-from inlet.core.instant import normalize_instant_time
+from inlet.core.file_group.view import BaseFile, FileSlice, FileSystemView
 from inlet.core.schema import META_COLUMNS, cast_to, meta_schema
+from inlet.core.timeline.instant import normalize_instant_time
 
 if TYPE_CHECKING:
-    from inlet.core.table import HudiTable
+    from inlet.core.table.facade import HudiTable
 
 Filter = tuple[str, str, Any]
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in"}

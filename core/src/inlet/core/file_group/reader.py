@@ -68,13 +68,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from inlet.core import merge as merging
 from inlet.core.config import MergeMode
 from inlet.core.errors import SchemaError
-from inlet.core.filegroups import FileSlice
+from inlet.core.file_group.view import FileSlice
 from inlet.core.keys import KeyGenerator
-from inlet.core.log_blocks import BlockType, HeaderKey
-from inlet.core.log_reader import (
+from inlet.core.log.blocks import BlockType, HeaderKey
+from inlet.core.log.reader import (
     DEFAULT_CHUNK_ROWS,
     BlockFrame,
     ByteSource,
@@ -87,6 +86,7 @@ from inlet.core.log_reader import (
     same_ordering_kind,
     scan_frames,
 )
+from inlet.core.merge import dedupe as merging
 from inlet.core.schema import IS_DELETED_COLUMN, cast_to
 from inlet.core.storage import Storage
 

@@ -1,6 +1,6 @@
 """Encoding Merge-on-Read log files: data, delete and rollback command blocks, as Apache Hudi 1.x writes them.
 
-Byte layout of one block (big-endian, log format version 1; see :mod:`inlet.core.log_blocks`)::
+Byte layout of one block (big-endian, log format version 1; see :mod:`inlet.core.log.blocks`)::
 
     #HUDI# | i64 block length | i32 format version (1) | i32 block type | header |
     i64 content length | content | footer | i64 total block length
@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from inlet.core import avro
 from inlet.core.config import ConfigKey
 from inlet.core.errors import InvalidInputError
-from inlet.core.log_blocks import (
+from inlet.core.log.blocks import (
     DATA_BLOCK_VERSION,
     LOG_FORMAT_VERSION,
     MAGIC,
@@ -667,7 +667,7 @@ def rollback_block(instant_time: str, target_instant_time: str) -> bytes:
     """A rollback command block: the blocks of ``target_instant_time`` are to be ignored.
 
     Apache Hudi writes these only for table version 6 (and earlier); for table version 8 a failed
-    deltacommit's log files are deleted instead (see :mod:`inlet.core.rollback`).
+    deltacommit's log files are deleted instead (see :mod:`inlet.core.actions.rollback`).
     """
     header = {
         HeaderKey.INSTANT_TIME: instant_time,

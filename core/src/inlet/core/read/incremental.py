@@ -30,12 +30,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inlet.core.errors import InvalidInputError, UnsupportedError
-from inlet.core.instant import Action, Instant, normalize_instant_time
-from inlet.core.readers import plan_read, read_slice
-from inlet.core.timeline import Timeline
+from inlet.core.read.snapshot import plan_read, read_slice
+from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.instant import Action, Instant, normalize_instant_time
 
 if TYPE_CHECKING:
-    from inlet.core.table import HudiTable
+    from inlet.core.table.facade import HudiTable
 
 COMMIT_TIME = "_hoodie_commit_time"
 # operations that rewrite records without changing them (no new versions for change queries)

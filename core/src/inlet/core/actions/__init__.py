@@ -1,0 +1,1 @@
+"""Table actions beside writes: compaction, rollback, clean."""

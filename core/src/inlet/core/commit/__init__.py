@@ -1,0 +1,1 @@
+"""Committing an instant: the commit protocol, its lifecycle, locks, heartbeats, markers."""

@@ -1,0 +1,1 @@
+"""File groups: names, the file-system view of slices, and reading a slice."""

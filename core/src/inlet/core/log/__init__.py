@@ -1,0 +1,1 @@
+"""Hudi log files: block layout, reading, writing."""

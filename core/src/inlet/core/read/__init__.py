@@ -1,0 +1,1 @@
+"""Queries: snapshot and read-optimized reads, incremental (change) reads."""

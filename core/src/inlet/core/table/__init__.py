@@ -1,0 +1,1 @@
+"""Table state: hoodie.properties, the parsed table meta, and the HudiTable facade."""

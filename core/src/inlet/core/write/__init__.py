@@ -1,0 +1,1 @@
+"""The write path: prepare a batch, plan it onto file groups, write files, commit."""
