@@ -267,7 +267,7 @@ def percentile(values: Sequence[float], p: float) -> float:
 def run_phase(
     pool: Pool, scenario: str, clients: int, tables: int, ops_total: int, lake: Path, address: str, phase: int
 ) -> Row:
-    from inlet.core.table.facade import HudiTable
+    from inlet.core import HudiTable
     from inlet.services.coordinator_client.client import CoordinatorClient
 
     row = Row(scenario, clients, tables)

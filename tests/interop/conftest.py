@@ -28,8 +28,8 @@ import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
+from inlet.core import CommitResult, HudiTable
 from inlet.core.keys import TimestampPartitioning
-from inlet.core.table.facade import CommitResult, HudiTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -27,6 +27,7 @@ import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 from hudi_testdata import MOR_TABLES, TableCache, available
 
+from inlet.core import HudiTable
 from inlet.core.errors import CorruptFileError, UnsupportedError
 from inlet.core.file_group.reader import BlockFilter, read_merged
 from inlet.core.file_group.view import FileSlice
@@ -34,7 +35,6 @@ from inlet.core.log.blocks import BlockType
 from inlet.core.log.reader import BytesSource, decode_block, scan_frames
 from inlet.core.read.snapshot import merge_config
 from inlet.core.schema import META_COLUMNS
-from inlet.core.table.facade import HudiTable
 
 pytestmark = pytest.mark.skipif(not available(), reason="../shared/testdata/hudi-tables is not present")
 

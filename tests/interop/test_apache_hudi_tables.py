@@ -38,9 +38,9 @@ from hudi import HudiReadOptions, HudiTableBuilder
 from hudi_testdata import COW_TABLES, MOR_TABLES, V6_TABLES, TableCache, available
 
 import inlet.core.read.snapshot as readers
+from inlet.core import HudiTable
 from inlet.core.file_group.view import BaseFile
 from inlet.core.schema import META_COLUMNS
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.instant import State
 
 pytestmark = pytest.mark.skipif(not available(), reason="../shared/testdata/hudi-tables is not present")

@@ -44,11 +44,10 @@ from test_mor_interop import (
     row,
 )
 
-from inlet.core import faults
+from inlet.core import CommitResult, HudiTable, faults
 from inlet.core.actions import compaction as comp
 from inlet.core.errors import UnsupportedError
 from inlet.core.file_group.view import BaseFile, FileSystemView, list_data_files
-from inlet.core.table.facade import CommitResult, HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -303,7 +302,7 @@ def test_crashed_compaction_reads_as_before_and_reruns(harness: Any) -> None:
     h.write("delete", _keys(True, 4, 5))
     instant = h.schedule()
     assert len(h.plans[instant].operations) == 2
-    code = "import sys\nfrom inlet.core.table.facade import HudiTable\nHudiTable.open(sys.argv[1]).run_compaction()\n"
+    code = "import sys\nfrom inlet.core import HudiTable\nHudiTable.open(sys.argv[1]).run_compaction()\n"
     proc = subprocess.run(
         [sys.executable, "-c", code, h.path],
         env={**os.environ, "INLET_CRASH_AT": comp.AFTER_FIRST_FILE},

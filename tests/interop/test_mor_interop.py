@@ -47,9 +47,8 @@ from model import (
     hudi_bucket,
 )
 
-from inlet.core import avro, faults
+from inlet.core import CommitResult, HudiTable, avro, faults
 from inlet.core.file_group.view import LogFile, list_data_files
-from inlet.core.table.facade import CommitResult, HudiTable
 from inlet.core.timeline.instant import Instant, State
 
 META = (COMMIT_TIME, RECORD_KEY, PARTITION_PATH)
@@ -621,7 +620,7 @@ def test_crashed_deltacommit_is_rolled_back(mor: Any) -> None:
     code = """
     import sys
     import pyarrow.parquet as pq
-    from inlet.core.table.facade import HudiTable
+    from inlet.core import HudiTable
     HudiTable.open(sys.argv[1]).write(pq.read_table(sys.argv[2]), "upsert",
                                       options={"hoodie.parquet.small.file.limit": "0"})
     """

@@ -19,9 +19,9 @@ import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 from pyspark.sql import SparkSession
 
+from inlet.core import HudiTable
 from inlet.core import spark as inlet_spark
 from inlet.core.file_group.view import BaseFile, list_data_files
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.instant import State
 
 SCHEMA = "id long, p string, ts long, v string, _hoodie_is_deleted boolean"

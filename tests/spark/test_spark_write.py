@@ -20,13 +20,13 @@ from hudi import HudiReadOptions, HudiTableBuilder
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from inlet.core import HudiTable
 from inlet.core import spark as inlet_spark
 from inlet.core.commit import markers
 from inlet.core.commit.protocol import LocalCommitProtocol
 from inlet.core.errors import InvalidConfigError, InvalidInputError, SchemaError, TableExistsError
 from inlet.core.file_group.view import BaseFile, list_data_files
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Instant
 from inlet.core.write import writers

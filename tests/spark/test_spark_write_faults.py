@@ -28,9 +28,8 @@ import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
-from inlet.core import faults
+from inlet.core import HudiTable, faults
 from inlet.core.file_group.view import BaseFile, LogFile, list_data_files
-from inlet.core.table.facade import HudiTable
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from inlet.core import HudiTable
 from inlet.core import spark as inlet_spark
 from inlet.core.errors import InvalidInputError, InvalidOptionError
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.instant import State
 
 HEARTBEAT = "hoodie.client.heartbeat.interval_in_ms"

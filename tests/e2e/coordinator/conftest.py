@@ -33,7 +33,7 @@ import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable
 from inlet.core.timeline.instant import Instant
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.stack.processes import free_port

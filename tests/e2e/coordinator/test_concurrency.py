@@ -12,8 +12,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from inlet.core import HudiTable
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
 from inlet.services.coordinator_client.client import GrpcCommitProtocol
 
 READER_VERSIONS = ("1", "2")

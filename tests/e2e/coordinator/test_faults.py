@@ -13,9 +13,8 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from inlet.core import avro
+from inlet.core import HudiTable, avro
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.instant import Instant
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.coordinator_client.client import GrpcCommitProtocol

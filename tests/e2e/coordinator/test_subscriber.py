@@ -13,8 +13,8 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from inlet.core import HudiTable
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Instant, parse_instant_time
 from inlet.proto.events.v1 import events_pb2

@@ -38,8 +38,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from inlet.core import HudiTable
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Instant
 from inlet.services.coordinator_client.client import ConflictError, CoordinatorClient, GrpcCommitProtocol

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from inlet.core import HudiTable
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
 from inlet.services.coordinator.config import CoordinatorConfig
 from inlet.services.coordinator.server import RunningServer, serve
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol

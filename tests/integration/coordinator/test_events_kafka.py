@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from coordinator_helpers import rows
 
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient

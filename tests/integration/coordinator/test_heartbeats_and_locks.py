@@ -17,10 +17,9 @@ import pytest
 from coordinator_helpers import rows
 from hudi import HudiReadOptions, HudiTableBuilder
 
-from inlet.core import avro, faults
+from inlet.core import HudiTable, avro, faults
 from inlet.core.errors import CommitConflictError
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Instant, State
 from inlet.services.coordinator.server import RunningServer
@@ -37,7 +36,7 @@ CRASHING_WRITER = """
 import sys
 import pyarrow as pa
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 address, table_id, path = sys.argv[1:4]
 protocol = GrpcCommitProtocol(CoordinatorClient(address), table_id, Storage(path), writer_id="doomed")

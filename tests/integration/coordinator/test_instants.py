@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from coordinator_helpers import rows
 
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Instant, State

@@ -17,7 +17,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable
 from inlet.services.cli.coordinator import main as coordinator_main
 from inlet.services.coordinator.config import ConfigError, CoordinatorConfig
 from inlet.services.coordinator.server import RunningServer

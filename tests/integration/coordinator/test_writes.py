@@ -16,9 +16,9 @@ import pytest
 from coordinator_helpers import rows
 from hudi import HudiReadOptions, HudiTableBuilder
 
+from inlet.core import CommitResult, HudiTable
 from inlet.core.errors import CommitConflictError
 from inlet.core.storage import Storage
-from inlet.core.table.facade import CommitResult, HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Instant
 from inlet.services.coordinator_client.client import (

@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from inlet.core import HudiTable
 from inlet.core.file_group.view import BaseFile, list_data_files
-from inlet.core.table.facade import HudiTable
 
 DATA_COLUMNS = ["id", "city", "ts", "fare", "name"]
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from inlet.core import HudiTable
 from inlet.core.actions import compaction as comp
 from inlet.core.commit import heartbeat, markers
 from inlet.core.commit.protocol import LocalCommitProtocol, find_conflicts
@@ -27,7 +28,6 @@ from inlet.core.errors import (
     UnsupportedError,
 )
 from inlet.core.file_group.view import BaseFile, FileSystemView, LogFile, list_data_files
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.instant import Action, Instant, State, format_instant_time, parse_instant_time
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -37,7 +37,7 @@ META = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_h
 
 RUNNER = """
 import sys
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable
 t = HudiTable.open(sys.argv[1])
 if sys.argv[2] == "schedule":
     t.schedule_compaction({"hoodie.compact.inline.max.delta.commits": "1"})

@@ -15,24 +15,23 @@ import fastavro
 import pyarrow.parquet as pq
 import pytest
 
-from inlet.core import avro, faults
+from inlet.core import HudiTable, avro, faults
 from inlet.core.commit import heartbeat, markers
 from inlet.core.file_group.view import BaseFile
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.instant import Action, Instant, State
 from inlet.core.write import writers
 
 WRITER = """
 import sys
 import pyarrow.parquet as pq
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable
 
 HudiTable.open(sys.argv[1]).write(pq.read_table(sys.argv[2]), sys.argv[3])
 """
 
 ROLLBACK_ONLY = """
 import sys
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable
 
 HudiTable.open(sys.argv[1]).rollback_failed_writes()
 """

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from inlet.core import HudiTable
 from inlet.core.commit.protocol import LocalCommitProtocol, next_instant_time
 from inlet.core.storage import Storage
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Action, Instant, State, format_instant_time, parse_instant_time
 

@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from inlet.core import avro, faults
+from inlet.core import HudiTable, avro, faults
 from inlet.core.actions.rollback import rollback, rollback_failed_writes
 from inlet.core.commit import markers
 from inlet.core.errors import CommitConflictError, InletError
 from inlet.core.file_group.view import base_file_name
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, State
 

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from inlet.core import avro, faults
-from inlet.core.table.facade import HudiTable
+from inlet.core import HudiTable, avro, faults
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Action, Instant, State
 

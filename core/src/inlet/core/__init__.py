@@ -4,6 +4,7 @@ The entry point is :class:`HudiTable`; see its ``create``, ``open``, ``write`` a
 """
 
 from inlet.core.commit.protocol import CommitProtocol, LocalCommitProtocol
+from inlet.core.commit.result import CommitResult
 from inlet.core.config import (
     BulkInsertSortMode,
     IndexType,
@@ -26,7 +27,7 @@ from inlet.core.errors import (
     UnsupportedError,
 )
 from inlet.core.keys import TimestampPartitioning
-from inlet.core.table.facade import CommitResult, HudiTable
+from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Instant, State
 

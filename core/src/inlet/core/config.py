@@ -275,6 +275,15 @@ class TableConfig:
     TS_INPUT_FORMAT = ConfigKey("hoodie.keygen.timebased.input.dateformat", str)
     TS_OUTPUT_FORMAT = ConfigKey("hoodie.keygen.timebased.output.dateformat", str)
     TS_TIMEZONE = ConfigKey("hoodie.keygen.timebased.timezone", str, "UTC")
+    # persisted by writers that use non-blocking concurrency control (Hudi checks it at write time)
+    CONCURRENCY_MODE = ConfigKey("hoodie.write.concurrency.mode", str)
+    # the value Debezium writes for an unchanged TOASTed column (partial-update merging)
+    PARTIAL_UPDATE_UNAVAILABLE_VALUE = ConfigKey(
+        "hoodie.record.merge.property.partial.update.unavailable.value", str
+    )
+
+
+NBCC_MODE = "NON_BLOCKING_CONCURRENCY_CONTROL"
 
 
 class WriteConfig:

@@ -1,1 +1,1 @@
-"""Table actions beside writes: compaction, rollback, clean."""
+"""Table actions beside writes: rollback (which writers also run first), compaction, clean."""

@@ -33,18 +33,18 @@ import logging
 import posixpath
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inlet.core import avro, faults
+from inlet.core.actions.compaction import read_plan
+from inlet.core.actions.rollback import rollback_failed_writes
 from inlet.core.commit.locks import table_lock
 from inlet.core.config import ConfigKey, check_options, config_keys
 from inlet.core.file_group.view import FileGroup, FileSlice, FileSystemView
+from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, State, format_instant_time
 from inlet.core.write.writers import check_writable
-
-if TYPE_CHECKING:
-    from inlet.core.table.facade import HudiTable
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +185,9 @@ def _slice_files(s: FileSlice) -> list[str]:
     return out + [lf.path for lf in s.log_files]
 
 
-def _protected(table: HudiTable, timeline: Timeline) -> tuple[set[tuple[str, str, str]], set[str]]:
+def _protected(table: TableHandle, timeline: Timeline) -> tuple[set[tuple[str, str, str]], set[str]]:
     """(partition, file id, base instant) of slices pending compactions read, and the files every
     savepoint's instant sees."""
-    from inlet.core.actions.compaction import read_plan
-
     slices: set[tuple[str, str, str]] = set()
     for inst in timeline.pending([Action.COMPACTION]):
         for op in read_plan(timeline, inst.time).operations:
@@ -248,7 +246,7 @@ def _group_deletions(
 
 
 def plan_clean(
-    table: HudiTable, timeline: Timeline, options: Mapping[str, str], now: dt.datetime | None = None
+    table: TableHandle, timeline: Timeline, options: Mapping[str, str], now: dt.datetime | None = None
 ) -> CleanPlan:
     """The files a clean would delete now (nothing is written)."""
     opts = _options(options)
@@ -286,7 +284,7 @@ def _options(options: Mapping[str, str] | None) -> dict[str, str]:
 # ----------------------------------------------------------------------------------- execution
 
 
-def _execute(table: HudiTable, instant: Instant, plan: CleanPlan) -> Instant:
+def _execute(table: TableHandle, instant: Instant, plan: CleanPlan) -> Instant:
     started = time.monotonic()
     if instant.state is State.REQUESTED:
         instant = table.commit_protocol.set_inflight(instant)
@@ -327,9 +325,9 @@ def _execute(table: HudiTable, instant: Instant, plan: CleanPlan) -> Instant:
     return done
 
 
-def read_clean_plan(table: HudiTable, instant: Instant) -> CleanPlan:
+def read_clean_plan(table: TableHandle, instant: Instant) -> CleanPlan:
     requested = Instant(instant.time, Action.CLEAN, State.REQUESTED)
-    rec = avro.decode(table.timeline.read_bytes(requested), f"clean plan {requested.file_name()}")
+    rec = avro.decode(table.load_timeline().read_bytes(requested), f"clean plan {requested.file_name()}")
     plan = CleanPlan.from_avro(rec, table.storage.base_uri)
     if plan.last_completed_commit:
         return plan
@@ -347,19 +345,19 @@ class CleanResult:
         return dataclasses.asdict(self)
 
 
-def clean(table: HudiTable, options: Mapping[str, str] | None = None) -> CleanResult:
+def clean(table: TableHandle, options: Mapping[str, str] | None = None) -> CleanResult:
     """Finish interrupted cleans, roll back failed writes, then plan and run a clean if there is
     anything to delete."""
     check_writable(table)
     opts = _options(options)
     resumed = []
     deleted = 0
-    for pending in table.timeline.pending([Action.CLEAN]):
+    for pending in table.load_timeline().pending([Action.CLEAN]):
         plan = read_clean_plan(table, pending)
         _execute(table, pending, plan)
         resumed.append(pending.time)
         deleted += plan.file_count
-    table.rollback_failed_writes()
+    rollback_failed_writes(table)
     with table_lock(table.storage):
         tl = table.commit_protocol.timeline()
         plan = plan_clean(table, tl, opts)
@@ -374,10 +372,10 @@ def clean(table: HudiTable, options: Mapping[str, str] | None = None) -> CleanRe
     return CleanResult(done.time, deleted + plan.file_count, tuple(resumed), e.time if e else None)
 
 
-def cleans(table: HudiTable) -> list[dict[str, Any]]:
+def cleans(table: TableHandle) -> list[dict[str, Any]]:
     """The clean instants on the active timeline: state, policy, what they deleted or will."""
     out = []
-    for inst in table.timeline.instants:
+    for inst in table.load_timeline().instants:
         if inst.action != Action.CLEAN:
             continue
         doc: dict[str, Any] = {
@@ -386,7 +384,7 @@ def cleans(table: HudiTable) -> list[dict[str, Any]]:
             "completion_time": inst.completion_time,
         }
         if inst.is_completed:
-            md = avro.decode(table.timeline.read_bytes(inst), f"clean {inst.file_name()}")
+            md = avro.decode(table.load_timeline().read_bytes(inst), f"clean {inst.file_name()}")
             doc.update(
                 policy=md.get("policy") or None,
                 earliest_commit_to_retain=md.get("earliestCommitToRetain") or None,

@@ -48,7 +48,7 @@ import posixpath
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,6 +58,7 @@ from inlet.core import avro, faults
 from inlet.core.commit import heartbeat, markers
 from inlet.core.commit.locks import table_lock
 from inlet.core.commit.protocol import check_still_pending, now_instant_time
+from inlet.core.commit.result import CommitResult
 from inlet.core.config import (
     CompactionConfig,
     CompactionStrategy,
@@ -91,6 +92,7 @@ from inlet.core.read.snapshot import merge_config
 from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema
 from inlet.core.storage import FileInfo, Storage
 from inlet.core.table import properties as props_io
+from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time, parse_instant_time
@@ -100,9 +102,6 @@ from inlet.core.write.writers import (
     ensure_partition_metadata,
     remove_stray_files,
 )
-
-if TYPE_CHECKING:
-    from inlet.core.table.facade import CommitResult, HudiTable
 
 log = logging.getLogger(__name__)
 
@@ -246,27 +245,27 @@ def read_plan(timeline: Timeline, instant_time: str) -> CompactionPlan:
 # ---------------------------------------------------------------------------------- checks
 
 
-def _check_table(table: HudiTable) -> None:
-    if table.table_type is not TableType.MERGE_ON_READ:
+def _check_table(table: TableHandle) -> None:
+    if table.meta.table_type is not TableType.MERGE_ON_READ:
         raise UnsupportedError("compaction applies to Merge-on-Read tables only; this table is Copy-on-Write")
-    if table.version not in COMPACTION_TABLE_VERSIONS or table.layout_version < 2:
+    if table.meta.version not in COMPACTION_TABLE_VERSIONS or table.meta.layout_version < 2:
         raise UnsupportedError(
             f"Inlet compacts tables of version 8 and 9 (timeline layout 2); this table is version "
-            f"{table.version}"
+            f"{table.meta.version}"
         )
-    if not table.populate_meta_fields:
+    if not table.meta.populate_meta_fields:
         raise UnsupportedError("compaction needs hoodie.populate.meta.fields=true")
-    base_format = (TableConfig.BASE_FILE_FORMAT.get(table.props) or "PARQUET").upper()
+    base_format = (TableConfig.BASE_FILE_FORMAT.get(table.meta.props) or "PARQUET").upper()
     if base_format != "PARQUET":
         raise UnsupportedError(f"Inlet compacts into Parquet base files; this table's are {base_format}")
 
 
-def _has_metadata_table(table: HudiTable) -> bool:
+def _has_metadata_table(table: TableHandle) -> bool:
     """Whether readers list the table's files through its metadata table (Hudi decides by this key)."""
-    return bool(table.props.get(METADATA_PARTITIONS_KEY, "").strip())
+    return bool(table.meta.props.get(METADATA_PARTITIONS_KEY, "").strip())
 
 
-def _check_metadata_table(table: HudiTable, options: Mapping[str, str]) -> None:
+def _check_metadata_table(table: TableHandle, options: Mapping[str, str]) -> None:
     """A table with a metadata table is compacted only after deleting it (``hoodie.metadata.enable
     = false``): Inlet cannot add the new base files to it, and readers that list files through
     it (hudi-rs and Apache Hudi do) would not see them while cleaners and writers relied on it.
@@ -279,7 +278,7 @@ def _check_metadata_table(table: HudiTable, options: Mapping[str, str]) -> None:
         return
     if CompactionConfig.METADATA_ENABLE.get(options) is not False:
         raise UnsupportedError(
-            f"the table has a metadata table ({table.props[METADATA_PARTITIONS_KEY]}), which Inlet "
+            f"the table has a metadata table ({table.meta.props[METADATA_PARTITIONS_KEY]}), which Inlet "
             "cannot update; run the compaction with hoodie.metadata.enable=false to delete it first "
             "(Apache Hudi rebuilds it when a writer enables it again)"
         )
@@ -289,8 +288,7 @@ def _check_metadata_table(table: HudiTable, options: Mapping[str, str]) -> None:
             if key in props:
                 props[key] = ""
         props_io.write_properties(table.storage, props)
-        table.props.clear()
-        table.props.update(props)
+        table.reload_meta()
     table.storage.delete_dir(METADATA_TABLE_DIR)
     log.warning("deleted the metadata table of %s (hoodie.metadata.enable=false)", table.base_path)
 
@@ -422,7 +420,10 @@ def _file_groups_under_clustering(timeline: Timeline) -> set[tuple[str, str]]:
 
 
 def plan_compaction(
-    table: HudiTable, timeline: Timeline, options: Mapping[str, str], files: Sequence[FileInfo] | None = None
+    table: TableHandle,
+    timeline: Timeline,
+    options: Mapping[str, str],
+    files: Sequence[FileInfo] | None = None,
 ) -> CompactionPlan:
     """The operations a compaction scheduled now would take (every committed log of each chosen
     file slice: under the table lock all of them completed before the next instant time)."""
@@ -451,7 +452,7 @@ def plan_compaction(
 
 
 def _late_completions(
-    table: HudiTable, instant_time: str, known: set[str], plan: CompactionPlan
+    table: TableHandle, instant_time: str, known: set[str], plan: CompactionPlan
 ) -> list[Instant]:
     """Writes that completed before ``instant_time`` without being seen by the plan and that touched
     its file groups (possible only with a commit protocol that does not share the table lock)."""
@@ -466,7 +467,7 @@ def _late_completions(
     return late
 
 
-def schedule(table: HudiTable, options: Mapping[str, str] | None = None) -> str | None:
+def schedule(table: TableHandle, options: Mapping[str, str] | None = None) -> str | None:
     """Schedule a compaction if one is due and there is something to compact.
 
     Returns the instant time of the new ``<t>.compaction.requested``, or None (not due, or no
@@ -685,7 +686,7 @@ def _attempt_files(storage: Storage, instant_time: str) -> list[str]:
     return sorted(files)
 
 
-def _roll_back_attempt(table: HudiTable, instant_time: str) -> list[str]:
+def _roll_back_attempt(table: TableHandle, instant_time: str) -> list[str]:
     """Undo a failed or crashed run: delete its files and markers, then its inflight file (the
     requested plan stays, so the compaction can run again). Files go first: until the inflight
     file is gone a crash here leaves a run that the next :func:`run` rolls back again.
@@ -736,12 +737,14 @@ def _target(timeline: Timeline, instant: str | None) -> Instant | None:
     raise InstantNotFoundError(f"instant {instant} is not on the timeline")
 
 
-OperationsRunner = Callable[["HudiTable", CompactionContext, Sequence[CompactionOperation]], list[WriteStat]]
+OperationsRunner = Callable[
+    ["TableHandle", CompactionContext, Sequence[CompactionOperation]], list[WriteStat]
+]
 """Runs a plan's operations and returns their write stats (locally, or as a distributed job)."""
 
 
 def run(
-    table: HudiTable,
+    table: TableHandle,
     instant: str | None = None,
     options: Mapping[str, str] | None = None,
     force: bool = False,
@@ -790,7 +793,7 @@ def run(
 
 
 def _run_locally(
-    table: HudiTable, ctx: CompactionContext, operations: Sequence[CompactionOperation]
+    table: TableHandle, ctx: CompactionContext, operations: Sequence[CompactionOperation]
 ) -> list[WriteStat]:
     stats = []
     for task_id, op in enumerate(operations):
@@ -800,10 +803,12 @@ def _run_locally(
     return stats
 
 
-def compaction_context(table: HudiTable, instant_time: str, options: Mapping[str, str]) -> CompactionContext:
+def compaction_context(
+    table: TableHandle, instant_time: str, options: Mapping[str, str]
+) -> CompactionContext:
     """The context of a run of compaction ``instant_time`` (the table's latest schema, merge rules,
     and which log blocks count: those of instants completed now)."""
-    avro_schema = table.avro_schema()
+    avro_schema = table.snapshot().avro_schema
     if not avro_schema:
         raise InletError("the table has no schema yet (no completed write); nothing to compact")
     data_schema = from_avro_schema(avro_schema)
@@ -821,14 +826,13 @@ def compaction_context(table: HudiTable, instant_time: str, options: Mapping[str
 
 
 def _execute(
-    table: HudiTable,
+    table: TableHandle,
     t: str,
     plan: CompactionPlan,
     opts: dict[str, str],
     beat: heartbeat.Heartbeat,
     runner: OperationsRunner,
 ) -> CommitResult:
-    from inlet.core.table.facade import CommitResult
 
     storage = table.storage
     protocol = table.commit_protocol
@@ -869,7 +873,7 @@ def _execute(
     return CommitResult(t, done.completion_time or "", done.action, WriteOperation.COMPACT.value, metadata)
 
 
-def compact(table: HudiTable, options: Mapping[str, str] | None = None) -> CommitResult | None:
+def compact(table: TableHandle, options: Mapping[str, str] | None = None) -> CommitResult | None:
     """Schedule a compaction (if one is due) and run it; None if none was scheduled."""
     instant = schedule(table, options)
     return run(table, instant, options) if instant is not None else None
@@ -912,9 +916,9 @@ class CompactionInfo:
         return doc
 
 
-def show(table: HudiTable) -> list[CompactionInfo]:
+def show(table: TableHandle) -> list[CompactionInfo]:
     """Every compaction on the active timeline, pending and completed, oldest first."""
-    tl = table.timeline
+    tl = table.load_timeline()
     names = {posixpath.basename(f.path) for f in table.storage.list_files(tl.dir)}
     out = []
     for inst in tl.instants:
@@ -934,9 +938,9 @@ def show(table: HudiTable) -> list[CompactionInfo]:
     return out
 
 
-def pending_compactions(table: HudiTable) -> list[str]:
+def pending_compactions(table: TableHandle) -> list[str]:
     """Instant times of the pending (requested or inflight) compactions, oldest first."""
-    return [i.time for i in table.timeline.pending([Action.COMPACTION])]
+    return [i.time for i in table.load_timeline().pending([Action.COMPACTION])]
 
 
 __all__ = [

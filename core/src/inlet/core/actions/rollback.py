@@ -23,22 +23,20 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inlet.core import avro, faults
 from inlet.core.commit import heartbeat, markers
 from inlet.core.commit.locks import table_lock
 from inlet.core.errors import InletError
 from inlet.core.file_group.view import BaseFile, LogFile, list_data_files
+from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.instant import Action, Instant, State
-
-if TYPE_CHECKING:
-    from inlet.core.table.facade import HudiTable
 
 log = logging.getLogger(__name__)
 
 
-def files_of(table: HudiTable, instant_time: str) -> list[str]:
+def files_of(table: TableHandle, instant_time: str) -> list[str]:
     """The data files an instant wrote: its markers plus files named after it."""
     files = set(markers.marked_files(table.storage, instant_time))
     for info in list_data_files(table.storage):
@@ -75,7 +73,7 @@ def plan_rollback(instant: Instant, files: list[str]) -> dict[str, Any]:
     }
 
 
-def _execute(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) -> None:
+def _execute(table: TableHandle, rollback_instant: Instant, plan: dict[str, Any]) -> None:
     started = time.monotonic()
     storage = table.storage
     target = plan["instantToRollback"]
@@ -104,7 +102,7 @@ def _execute(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) 
         "instantsRollback": [{"commitTime": target["commitTime"], "action": target["action"]}],
     }
     # remove the failed instant's timeline files, newest state first, then complete the rollback
-    tl = table.timeline
+    tl = table.load_timeline()
     for inst in tl.instants:
         if inst.time == target["commitTime"] and not inst.is_completed:
             for state in (State.INFLIGHT, State.REQUESTED):
@@ -114,13 +112,13 @@ def _execute(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) 
     table.commit_protocol.finish(rollback_instant, avro.encode("HoodieRollbackMetadata", metadata))
 
 
-def read_plan(table: HudiTable, rollback_instant: Instant) -> dict[str, Any]:
+def read_plan(table: TableHandle, rollback_instant: Instant) -> dict[str, Any]:
     """The ``HoodieRollbackPlan`` of a rollback instant (its requested file)."""
     requested = Instant(rollback_instant.time, Action.ROLLBACK, State.REQUESTED)
-    return avro.decode(table.timeline.read_bytes(requested), f"rollback plan {requested.file_name()}")
+    return avro.decode(table.load_timeline().read_bytes(requested), f"rollback plan {requested.file_name()}")
 
 
-def finish_rollback(table: HudiTable, rollback_instant: Instant, plan: dict[str, Any]) -> None:
+def finish_rollback(table: TableHandle, rollback_instant: Instant, plan: dict[str, Any]) -> None:
     """Carry out a planned rollback: inflight, delete the files, complete the rollback instant.
 
     The rollback keeps a heartbeat of its own while it runs, so that another writer finishes an
@@ -136,7 +134,7 @@ def finish_rollback(table: HudiTable, rollback_instant: Instant, plan: dict[str,
         beat.stop()
 
 
-def rollback(table: HudiTable, instant: Instant) -> str:
+def rollback(table: TableHandle, instant: Instant) -> str:
     """Roll back one pending write instant; returns the rollback instant time.
 
     Raises :class:`InletError` (deleting nothing) if the instant has completed meanwhile. If a
@@ -145,7 +143,7 @@ def rollback(table: HudiTable, instant: Instant) -> str:
     files = files_of(table, instant.time)
     plan = plan_rollback(instant, files)
     with table_lock(table.storage):
-        tl = table.timeline
+        tl = table.load_timeline()
         if any(i.time == instant.time and i.is_completed for i in tl.instants):
             raise InletError(f"instant {instant.time} has completed; it cannot be rolled back as failed")
         for pending in tl.pending([Action.ROLLBACK]):
@@ -160,21 +158,21 @@ def rollback(table: HudiTable, instant: Instant) -> str:
     return rb.time
 
 
-def _last_written_ms(table: HudiTable, instant_time: str) -> float | None:
+def _last_written_ms(table: TableHandle, instant_time: str) -> float | None:
     """When the instant's timeline files were last written (its writer's last sign of life)."""
     times = [
         float(f.mtime_ms)
-        for f in table.storage.list_files(table.timeline.dir)
+        for f in table.storage.list_files(table.load_timeline().dir)
         if f.mtime_ms is not None and posixpath.basename(f.path).startswith(instant_time)
     ]
     return max(times) if times else None
 
 
-def rollback_failed_writes(table: HudiTable, force: bool = False) -> list[str]:
+def rollback_failed_writes(table: TableHandle, force: bool = False) -> list[str]:
     """Finish interrupted rollbacks whose owner is gone, then roll back pending writes whose
     writer is gone (all of them with ``force``)."""
     done, busy = [], set()
-    for rb in table.timeline.pending([Action.ROLLBACK]):
+    for rb in table.load_timeline().pending([Action.ROLLBACK]):
         plan = read_plan(table, rb)
         target = plan["instantToRollback"]["commitTime"]
         if not force and not heartbeat.is_expired(
@@ -186,7 +184,7 @@ def rollback_failed_writes(table: HudiTable, force: bool = False) -> list[str]:
         finish_rollback(table, rb, plan)
         done.append(target)
     rolled = set(done) | busy
-    for inst in table.timeline.pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
+    for inst in table.load_timeline().pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
         if inst.time in rolled:
             continue
         started = _last_written_ms(table, inst.time)

@@ -1,1 +1,1 @@
-"""Committing an instant: the commit protocol, its lifecycle, locks, heartbeats, markers."""
+"""Committing an instant: the commit protocol, its result, locks, heartbeats, markers."""

@@ -24,18 +24,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from inlet.core.errors import InvalidInputError, UnsupportedError
 from inlet.core.read.snapshot import plan_read, read_slice
+from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, normalize_instant_time
-
-if TYPE_CHECKING:
-    from inlet.core.table.facade import HudiTable
 
 COMMIT_TIME = "_hoodie_commit_time"
 # operations that rewrite records without changing them (no new versions for change queries)
@@ -100,7 +98,7 @@ def change_window(timeline: Timeline, begin: str, end: str | None = None) -> Cha
 
 
 def read_incremental(
-    table: HudiTable,
+    table: TableHandle,
     begin: str,
     end: str | None = None,
     columns: Sequence[str] | None = None,
@@ -108,11 +106,11 @@ def read_incremental(
     meta_columns: bool = True,
 ) -> Changes:
     """The latest state of the records written by the commits completed in ``(begin, end]``."""
-    if not table.populate_meta_fields:
+    if not table.meta.populate_meta_fields:
         raise UnsupportedError(
             "incremental queries need the _hoodie_* meta fields (this table has hoodie.populate.meta.fields=false)"
         )
-    timeline = table.timeline
+    timeline = table.load_timeline()
     window = change_window(timeline, begin, end)
     wanted = list(columns) if columns is not None else None
     read_columns = None if wanted is None else list(dict.fromkeys([*wanted, COMMIT_TIME]))

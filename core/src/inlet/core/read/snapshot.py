@@ -16,7 +16,7 @@ from __future__ import annotations
 import decimal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,10 +33,8 @@ from inlet.core.file_group.reader import (
 )
 from inlet.core.file_group.view import BaseFile, FileSlice, FileSystemView
 from inlet.core.schema import META_COLUMNS, cast_to, meta_schema
+from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.instant import normalize_instant_time
-
-if TYPE_CHECKING:
-    from inlet.core.table.facade import HudiTable
 
 Filter = tuple[str, str, Any]
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in"}
@@ -146,9 +144,9 @@ def filter_expression(filters: Sequence[Filter], schema: pa.Schema) -> ds.Expres
 
 
 def _partition_matches(
-    table: HudiTable, partition: str, filters: Sequence[Filter], schema: pa.Schema
+    table: TableHandle, partition: str, filters: Sequence[Filter], schema: pa.Schema
 ) -> bool:
-    kg = table.key_generator
+    kg = table.meta.key_generator
     if not kg.partition_fields or kg.timestamp is not None:
         return True
     values = kg.partition_values(partition)
@@ -169,14 +167,14 @@ def _partition_matches(
     return expr is None or one.filter(expr).num_rows > 0
 
 
-def merge_config(table: HudiTable) -> MergeConfig:
+def merge_config(table: TableHandle) -> MergeConfig:
     """How ``table`` merges records (its merge mode, ordering field and partial-update marker)."""
     return MergeConfig(
-        mode=table.merge_mode,
-        ordering_field=table.ordering_field,
-        unavailable_value=table.props.get(UNAVAILABLE_VALUE_KEY) or DEBEZIUM_UNAVAILABLE_VALUE,
+        mode=table.meta.merge_mode,
+        ordering_field=table.meta.ordering_field,
+        unavailable_value=table.meta.props.get(UNAVAILABLE_VALUE_KEY) or DEBEZIUM_UNAVAILABLE_VALUE,
         # keys come from _hoodie_record_key; tables without meta fields recompute them
-        key_generator=None if table.populate_meta_fields else table.key_generator,
+        key_generator=None if table.meta.populate_meta_fields else table.meta.key_generator,
     )
 
 
@@ -225,7 +223,7 @@ class ReadPlan:
 
 
 def plan_read(
-    table: HudiTable,
+    table: TableHandle,
     as_of: str | None = None,
     columns: Sequence[str] | None = None,
     filters: Sequence[Filter] | None = None,
@@ -235,18 +233,18 @@ def plan_read(
     """The file slices a read of ``table`` touches (partition-pruned by ``filters``) and its schemas."""
     qt = _query_type(query_type)
     as_of_t = normalize_instant_time(as_of) if as_of else None
-    tl = table.timeline
-    view = FileSystemView(tl, as_of_t)
-    merge_logs = qt == "snapshot" and table.table_type is TableType.MERGE_ON_READ
+    snap = table.snapshot(as_of_t)
+    view = snap.view
+    merge_logs = qt == "snapshot" and table.meta.table_type is TableType.MERGE_ON_READ
     if merge_logs:
         slices = view.latest_file_slices()
     else:
         slices = [FileSlice(b.partition, b.file_id, b.instant_time, b) for b in view.latest_base_files()]
     files = [s.base_file for s in slices if s.base_file is not None]
-    data_schema = table.schema(as_of_t)
+    data_schema = snap.schema
     if data_schema is None:
         data_schema = _schema_from_files(table, files)
-    with_meta = meta_columns and bool(TableConfig.POPULATE_META_FIELDS.get(table.props))
+    with_meta = meta_columns and bool(TableConfig.POPULATE_META_FIELDS.get(table.meta.props))
     full = pa.schema((list(meta_schema()) if with_meta else []) + list(data_schema))
     queryable = pa.schema(list(meta_schema()) + [f for f in data_schema if f.name not in META_COLUMNS])
     if columns is not None:
@@ -275,7 +273,7 @@ def plan_read(
     )
 
 
-def read_slice(table: HudiTable, plan: ReadPlan, fs: FileSlice) -> Iterator[pa.Table]:
+def read_slice(table: TableHandle, plan: ReadPlan, fs: FileSlice) -> Iterator[pa.Table]:
     """The rows of one planned file slice (filtered, with ``plan.out_schema``'s columns), in pieces:
     a base file at once, a merged slice batch by batch."""
     expr = filter_expression(plan.filters, plan.queryable)
@@ -296,7 +294,7 @@ def read_slice(table: HudiTable, plan: ReadPlan, fs: FileSlice) -> Iterator[pa.T
 
 
 def read_table(
-    table: HudiTable,
+    table: TableHandle,
     as_of: str | None = None,
     columns: Sequence[str] | None = None,
     filters: Sequence[Filter] | None = None,
@@ -310,7 +308,7 @@ def read_table(
     return pa.concat_tables(pieces)
 
 
-def _read_file(table: HudiTable, bf: BaseFile, schema: pa.Schema, expr: ds.Expression | None) -> pa.Table:
+def _read_file(table: TableHandle, bf: BaseFile, schema: pa.Schema, expr: ds.Expression | None) -> pa.Table:
     storage = table.storage
     dataset = ds.dataset(storage.full(bf.path), format="parquet", filesystem=storage.fs)
     present = [c for c in schema.names if c in dataset.schema.names]
@@ -327,7 +325,7 @@ def _expr_columns(expr: ds.Expression, schema: pa.Schema) -> list[str]:
     return [c for c in schema.names if c in text]
 
 
-def _schema_from_files(table: HudiTable, files: list[BaseFile]) -> pa.Schema:
+def _schema_from_files(table: TableHandle, files: list[BaseFile]) -> pa.Schema:
     if not files:
         return pa.schema([])
     arrow = table.storage.parquet_file(files[-1].path).schema_arrow

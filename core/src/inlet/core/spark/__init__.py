@@ -27,14 +27,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from inlet.core.commit.protocol import CommitProtocol
+from inlet.core.commit.result import CommitResult
+from inlet.core.spark import compaction as spark_compaction
+from inlet.core.spark import datasource
+from inlet.core.spark.options import read_options
 from inlet.core.spark.writer import write as _write
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
-
-    from inlet.core.commit.protocol import CommitProtocol
-    from inlet.core.table.facade import CommitResult
 
 
 def write(
@@ -77,8 +79,6 @@ def write(
 def read(spark: SparkSession, path: str, options: Mapping[str, object] | None = None) -> DataFrame:
     """The table at ``path`` as a DataFrame (``hoodie.datasource.query.type`` = snapshot |
     read_optimized, ``as.of.instant``, ...), through the ``hudi`` Python data source."""
-    from inlet.core.spark import datasource
-    from inlet.core.spark.options import read_options
 
     return datasource.read(spark, path, read_options(options))
 
@@ -94,9 +94,8 @@ def run_compaction(
 ) -> CommitResult | None:
     """Run a pending compaction of the Merge-on-Read table at ``path`` as a Spark job; None if no
     compaction is pending. See :func:`inlet.core.spark.compaction.run`."""
-    from inlet.core.spark.compaction import run
 
-    return run(spark, path, instant, options, commit_protocol=commit_protocol, force=force)
+    return spark_compaction.run(spark, path, instant, options, commit_protocol=commit_protocol, force=force)
 
 
 __all__ = ["read", "run_compaction", "write"]

@@ -17,9 +17,11 @@ from pyspark.sql import SparkSession
 from inlet.core import faults
 from inlet.core.actions import compaction
 from inlet.core.commit.protocol import CommitProtocol
+from inlet.core.commit.result import CommitResult
 from inlet.core.spark.writer import _maybe_crash, _stat_json, _stat_of, _task, run_job
 from inlet.core.storage import Storage
-from inlet.core.table.facade import CommitResult, HudiTable
+from inlet.core.table.facade import HudiTable
+from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.commit_metadata import WriteStat
 
 CRASH_AT = "hoodie.inlet.spark.crash.at"  # fault injection (tests), as for writes
@@ -43,7 +45,7 @@ def spark_runner(spark: SparkSession, crash_at: str | None) -> compaction.Operat
     """A :data:`~inlet.core.compaction.OperationsRunner` that runs each operation as a Spark task."""
 
     def run_operations(
-        table: HudiTable,
+        table: TableHandle,
         ctx: compaction.CompactionContext,
         operations: Sequence[compaction.CompactionOperation],
     ) -> list[WriteStat]:

@@ -91,8 +91,18 @@ from inlet.core.schema import evolve, to_avro_schema
 from inlet.core.spark import types as spark_types
 from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
-from inlet.core.timeline.instant import Action, Instant, State
-from inlet.core.write.writers import check_write_options
+from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time
+from inlet.core.write.writers import (
+    DELETED,
+    KEY,
+    PARTITION,
+    FileGroupWrite,
+    WriteContext,
+    check_write_options,
+    ensure_partition_metadata,
+    prepare,
+    write_file_group,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -199,8 +209,6 @@ def _filters_option(text: str | None) -> tuple[Filter, ...]:
 
 def _as_of_instant(text: str) -> str:
     """Hudi's ``as.of.instant`` formats (``HoodieSqlCommonUtils.formatQueryInstant``) as 17 digits."""
-    from inlet.core.timeline.instant import normalize_instant_time
-
     t = text.strip()
     digits = t.isdigit() and len(t) in (14, 17)
     dated = len(t) in (10, 19, 23) and t[4:5] == "-" and t[7:8] == "-"
@@ -481,17 +489,6 @@ class HudiWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
         from pyspark import TaskContext
 
-        from inlet.core.write.writers import (
-            DELETED,
-            KEY,
-            PARTITION,
-            FileGroupWrite,
-            WriteContext,
-            ensure_partition_metadata,
-            prepare,
-            write_file_group,
-        )
-
         ctx = TaskContext.get()
         partition_id = ctx.partitionId() if ctx is not None else 0
         attempt = ctx.attemptNumber() if ctx is not None else 0
@@ -501,7 +498,7 @@ class HudiWriter(DataSourceArrowWriter):
         table = _open(self.path)
         with self._lease(table):
             data = pa.Table.from_batches(batches)
-            prepared = prepare(table, data, self.operation, self.options)
+            prepared = prepare(table, table.snapshot().schema, data, self.operation, self.options)
             if not prepared.schema.equals(self.schema):
                 raise InletError(
                     f"the table's schema changed while instant {self.instant.time} was being written; "

@@ -89,6 +89,7 @@ from pyspark.sql import types as T
 from inlet.core import errors, faults
 from inlet.core.actions.rollback import rollback_failed_writes
 from inlet.core.commit.protocol import CommitProtocol
+from inlet.core.commit.result import CommitResult
 from inlet.core.config import (
     BulkInsertSortMode,
     IndexType,
@@ -114,7 +115,7 @@ from inlet.core.schema import META_COLUMNS, cast_to, normalize_schema, normalize
 from inlet.core.spark import options as opt
 from inlet.core.spark import types as spark_types
 from inlet.core.storage import Storage
-from inlet.core.table.facade import CommitResult, HudiTable
+from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Instant
 from inlet.core.write import writers
@@ -996,7 +997,7 @@ def _prepare(
         key_input = with_input_units(
             spark_types.to_table_arrow_schema(T.StructType([df.schema[c] for c in needed])), input_schema
         )
-        key_schema = writers.delete_key_schema(table, key_input)
+        key_schema = writers.delete_key_schema(current, key_input)
         schema = current if current is not None else normalize_schema(key_schema)
         keyed = _key_stage(df, table, op, key_schema, needed)
         return _Prepared(
@@ -1007,7 +1008,7 @@ def _prepare(
             MergeMode.COMMIT_TIME_ORDERING,
         )
     schema = writers.write_schema(
-        table, with_input_units(spark_types.to_table_arrow_schema(df.schema), input_schema)
+        table.meta, current, with_input_units(spark_types.to_table_arrow_schema(df.schema), input_schema)
     )
     keyed = _key_stage(df, table, op, schema, ())
     combine = table.merge_mode if writers.combines(op, options) else None

@@ -9,14 +9,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from inlet.core.commit.protocol import CommitProtocol, LocalCommitProtocol
+from inlet.core.actions.clean import CleanPlan, CleanResult, clean, cleans, plan_clean
+from inlet.core.actions.compaction import CompactionInfo, compact, run, schedule, show
+from inlet.core.actions.rollback import rollback_failed_writes
+from inlet.core.commit.protocol import CommitProtocol
+from inlet.core.commit.result import CommitResult
 from inlet.core.config import (
     IndexType,
     KeyGeneratorType,
@@ -28,17 +31,15 @@ from inlet.core.config import (
 from inlet.core.errors import InvalidConfigError, TableExistsError, UnsupportedError
 from inlet.core.file_group.view import FileSystemView
 from inlet.core.keys import KeyGenerator, TimestampPartitioning
-from inlet.core.schema import from_avro_schema
+from inlet.core.read.incremental import Changes, read_incremental
+from inlet.core.read.snapshot import read_table
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
+from inlet.core.table.handle import TableHandle
+from inlet.core.table.meta import TableMeta
 from inlet.core.timeline.active import Timeline
-from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Instant
-
-if TYPE_CHECKING:
-    from inlet.core.actions.clean import CleanPlan, CleanResult
-    from inlet.core.actions.compaction import CompactionInfo
-    from inlet.core.read.incremental import Changes
+from inlet.core.write.writers import write_table
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -51,64 +52,14 @@ def _as_tuple(value: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(value)
 
 
-@dataclass(frozen=True)
-class CommitResult:
-    """What one write committed."""
-
-    instant_time: str
-    completion_time: str
-    action: str
-    operation: str
-    metadata: CommitMetadata
-
-    @property
-    def num_inserts(self) -> int:
-        return sum(s.num_inserts for s in self.metadata.write_stats())
-
-    @property
-    def num_updates(self) -> int:
-        return sum(s.num_update_writes for s in self.metadata.write_stats())
-
-    @property
-    def num_deletes(self) -> int:
-        return sum(s.num_deletes for s in self.metadata.write_stats())
-
-    @property
-    def files_written(self) -> list[str]:
-        return [s.path for s in self.metadata.write_stats() if s.path]
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "instant": self.instant_time,
-            "completion_time": self.completion_time,
-            "action": self.action,
-            "operation": self.operation,
-            "inserts": self.num_inserts,
-            "updates": self.num_updates,
-            "deletes": self.num_deletes,
-            "files": len(self.files_written),
-            "replaced_file_groups": sum(
-                len(v) for v in (self.metadata.partition_to_replace_file_ids or {}).values()
-            ),
-        }
-
-
-class HudiTable:
-    """A Hudi table (table version 8 written; versions 6, 8 and 9 read)."""
+class HudiTable(TableHandle):
+    """A Hudi table (table version 8 written; versions 6, 8 and 9 read): the table operations
+    composed on its :class:`~inlet.core.table.handle.TableHandle`."""
 
     def __init__(
-        self, storage: Storage, props: dict[str, str], commit_protocol: CommitProtocol | None = None
+        self, storage: Storage, props: Mapping[str, str], commit_protocol: CommitProtocol | None = None
     ) -> None:
-        self.storage = storage
-        self.props = props
-        self.version = TableConfig.VERSION.require(props)
-        if self.version not in props_io.SUPPORTED_READ_VERSIONS:
-            raise UnsupportedError(f"Hudi table version {self.version} is not supported (supported: 6, 8, 9)")
-        self.layout_version = TableConfig.TIMELINE_LAYOUT_VERSION.require(props)
-        self.timeline_path = TableConfig.TIMELINE_PATH.require(props)
-        self.commit_protocol: CommitProtocol = commit_protocol or LocalCommitProtocol(
-            storage, self.layout_version, self.timeline_path
-        )
+        super().__init__(storage, TableMeta.from_properties(props), commit_protocol)
 
     # ------------------------------------------------------------------ create / open
 
@@ -224,105 +175,93 @@ class HudiTable:
         props_io.write_properties(storage, props)
         return cls(storage, props)
 
-    # ------------------------------------------------------------------ configuration
+    # ------------------------------------------------------------------ configuration (see TableMeta)
+
+    @property
+    def props(self) -> Mapping[str, str]:
+        return self.meta.props
+
+    @property
+    def version(self) -> int:
+        return self.meta.version
+
+    @property
+    def layout_version(self) -> int:
+        return self.meta.layout_version
+
+    @property
+    def timeline_path(self) -> str:
+        return self.meta.timeline_path
 
     @property
     def name(self) -> str:
-        return TableConfig.NAME.require(self.props)
-
-    @property
-    def base_path(self) -> str:
-        return self.storage.base_uri
+        return self.meta.name
 
     @property
     def table_type(self) -> TableType:
-        return TableConfig.TYPE.require(self.props)
+        return self.meta.table_type
 
     @property
     def record_key_fields(self) -> tuple[str, ...]:
-        return tuple(TableConfig.RECORD_KEY_FIELDS.get(self.props) or ())
+        return self.meta.record_key_fields
 
     @property
     def partition_fields(self) -> tuple[str, ...]:
-        return tuple(TableConfig.PARTITION_FIELDS.get(self.props) or ())
+        return self.meta.partition_fields
 
     @property
     def ordering_field(self) -> str | None:
-        fields = TableConfig.ORDERING_FIELDS.get(self.props)
-        return fields[0] if fields else None
+        return self.meta.ordering_field
 
     @property
     def merge_mode(self) -> MergeMode:
-        mode = TableConfig.MERGE_MODE.get(self.props)
-        if mode is not None:
-            return mode
-        return MergeMode.EVENT_TIME_ORDERING if self.ordering_field else MergeMode.COMMIT_TIME_ORDERING
+        return self.meta.merge_mode
 
     @property
     def index_type(self) -> IndexType:
-        return TableConfig.INDEX_TYPE.require(self.props)
+        return self.meta.index_type
 
     @property
     def populate_meta_fields(self) -> bool:
-        return bool(TableConfig.POPULATE_META_FIELDS.get(self.props))
+        return self.meta.populate_meta_fields
 
     @property
     def bucket_hash_fields(self) -> tuple[str, ...]:
-        """Fields the bucket index hashes (``hoodie.bucket.index.hash.field``; default the record key)."""
-        return tuple(TableConfig.BUCKET_HASH_FIELDS.get(self.props) or self.record_key_fields)
+        return self.meta.bucket_hash_fields
 
     @property
     def num_buckets(self) -> int:
-        return TableConfig.BUCKET_NUM.require(self.props)
+        return self.meta.num_buckets
 
     @property
     def key_generator(self) -> KeyGenerator:
-        kgen = TableConfig.KEY_GENERATOR_TYPE.get(self.props)
-        parts = self.partition_fields
-        if kgen is None:
-            kgen = KeyGeneratorType.COMPLEX if len(self.record_key_fields) > 1 else KeyGeneratorType.SIMPLE
-        ts = None
-        if kgen is KeyGeneratorType.TIMESTAMP:
-            ts = TimestampPartitioning(
-                timestamp_type=TableConfig.TS_TYPE.get(self.props) or "EPOCHMILLISECONDS",
-                output_format=TableConfig.TS_OUTPUT_FORMAT.get(self.props) or "yyyy-MM-dd",
-                input_format=TableConfig.TS_INPUT_FORMAT.get(self.props),
-                timezone=TableConfig.TS_TIMEZONE.require(self.props),
-            )
-        return KeyGenerator(
-            record_key_fields=self.record_key_fields,
-            partition_fields=parts,
-            hive_style=bool(TableConfig.HIVE_STYLE_PARTITIONING.get(self.props)),
-            url_encode=bool(TableConfig.URL_ENCODE_PARTITIONING.get(self.props)),
-            key_type=kgen,
-            timestamp=ts,
-        )
+        return self.meta.key_generator
 
     # ------------------------------------------------------------------ timeline and schema
 
     @property
     def timeline(self) -> Timeline:
-        """A fresh snapshot of the active timeline."""
-        return Timeline.load(self.storage, self.layout_version, self.timeline_path)
+        """A fresh listing of the active timeline."""
+        return self.load_timeline()
 
     def instants(self) -> list[Instant]:
-        return self.timeline.instants
+        return self.load_timeline().instants
 
     def file_system_view(self, as_of: str | None = None) -> FileSystemView:
-        return FileSystemView(self.timeline, as_of)
+        return self.snapshot(as_of).view
 
     def avro_schema(self, as_of: str | None = None) -> str | None:
-        return self.timeline.latest_schema(as_of) or TableConfig.CREATE_SCHEMA.get(self.props)
+        return self.snapshot(as_of).avro_schema
 
     def schema(self, as_of: str | None = None) -> pa.Schema | None:
         """The table's data schema (without meta columns), or None before the first write."""
-        avro_json = self.avro_schema(as_of)
-        return from_avro_schema(avro_json) if avro_json else None
+        return self.snapshot(as_of).schema
 
     def describe(self) -> dict[str, Any]:
-        tl = self.timeline
+        snap = self.snapshot()
+        tl = snap.timeline
         latest = tl.latest_completed_write()
-        schema = self.schema()
+        schema = snap.schema
         return {
             "name": self.name,
             "base_path": self.base_path,
@@ -358,8 +297,6 @@ class HudiTable:
         ``partitions`` (partition paths) is for ``delete_partition`` without data.
         ``extra_metadata`` is recorded in the commit (e.g. a stream checkpoint).
         """
-        from inlet.core.write.writers import write_table
-
         return write_table(self, data, operation, options or {}, partitions, extra_metadata or {})
 
     def delete(self, keys: pa.Table, options: dict[str, str] | None = None) -> CommitResult:
@@ -379,8 +316,6 @@ class HudiTable:
         ``query_type`` ``"snapshot"`` merges Merge-on-Read log files into their base files;
         ``"read_optimized"`` reads base files only (the same as a snapshot on Copy-on-Write).
         """
-        from inlet.core.read.snapshot import read_table
-
         return read_table(
             self,
             as_of=as_of,
@@ -401,14 +336,10 @@ class HudiTable:
         """Incremental query (latest state): the records written by the commits completed in
         ``(begin, end]`` as of the window's end; ``.resume_from`` is the next ``begin``. See
         :mod:`inlet.core.read.incremental`."""
-        from inlet.core.read.incremental import read_incremental
-
         return read_incremental(self, begin, end, columns, filters, meta_columns)
 
     def rollback_failed_writes(self, force: bool = False) -> list[str]:
         """Roll back pending writes whose writers are gone (all pending writes with ``force``)."""
-        from inlet.core.actions.rollback import rollback_failed_writes
-
         return rollback_failed_writes(self, force=force)
 
     # ------------------------------------------------------------------ compaction (Merge-on-Read)
@@ -416,28 +347,20 @@ class HudiTable:
     def schedule_compaction(self, options: dict[str, str] | None = None) -> str | None:
         """Schedule a compaction if one is due (``hoodie.compact.inline.*``, ``hoodie.compaction.*``
         options); returns its instant time, or None. See :mod:`inlet.core.actions.compaction`."""
-        from inlet.core.actions.compaction import schedule
-
         return schedule(self, options)
 
     def run_compaction(
         self, instant: str | None = None, options: dict[str, str] | None = None, force: bool = False
     ) -> CommitResult | None:
         """Run a pending compaction (``instant``, or the earliest); None if none is pending."""
-        from inlet.core.actions.compaction import run
-
         return run(self, instant, options, force=force)
 
     def compact(self, options: dict[str, str] | None = None) -> CommitResult | None:
         """Schedule a compaction if one is due and run it; None if none was scheduled."""
-        from inlet.core.actions.compaction import compact
-
         return compact(self, options)
 
     def compactions(self) -> list[CompactionInfo]:
         """Compactions on the active timeline (pending and completed) with their plans."""
-        from inlet.core.actions.compaction import show
-
         return show(self)
 
     # ------------------------------------------------------------------ clean
@@ -445,18 +368,12 @@ class HudiTable:
     def clean(self, options: dict[str, str] | None = None) -> CleanResult:
         """Delete the file slices the retained window no longer needs (``hoodie.clean.*`` options);
         finishes interrupted cleans first. See :mod:`inlet.core.actions.clean`."""
-        from inlet.core.actions.clean import clean
-
         return clean(self, options)
 
     def plan_clean(self, options: dict[str, str] | None = None) -> CleanPlan:
         """What :meth:`clean` would delete now, without deleting or writing anything."""
-        from inlet.core.actions.clean import plan_clean
-
         return plan_clean(self, self.commit_protocol.timeline(), options or {})
 
     def cleans(self) -> list[dict[str, Any]]:
         """The clean instants on the active timeline (pending and completed)."""
-        from inlet.core.actions.clean import cleans
-
         return cleans(self)

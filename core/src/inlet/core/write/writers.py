@@ -35,7 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from inlet.core import avro, faults
 from inlet.core.actions.rollback import rollback, rollback_failed_writes
 from inlet.core.commit import heartbeat, markers
+from inlet.core.commit.result import CommitResult
 from inlet.core.config import (
     BulkInsertSortMode,
     ConfigKey,
@@ -92,11 +93,10 @@ from inlet.core.schema import (
     to_avro_schema,
 )
 from inlet.core.storage import Storage
+from inlet.core.table.handle import TableHandle
+from inlet.core.table.meta import TableMeta
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant
-
-if TYPE_CHECKING:
-    from inlet.core.table.facade import CommitResult, HudiTable
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +146,9 @@ def check_input_columns(names: Sequence[str]) -> None:
         raise SchemaError(f"duplicate column name(s) in the input: {', '.join(sorted(dupes))}")
 
 
-def delete_key_fields(table: HudiTable, names: Sequence[str]) -> list[str]:
+def delete_key_fields(table: TableHandle, names: Sequence[str]) -> list[str]:
     """The columns the delete operation reads (record key and partition fields); all must be given."""
-    kg = table.key_generator
+    kg = table.meta.key_generator
     needed = list(dict.fromkeys([*kg.record_key_fields, *kg.partition_fields]))
     missing = [c for c in needed if c not in names]
     if missing:
@@ -158,17 +158,17 @@ def delete_key_fields(table: HudiTable, names: Sequence[str]) -> list[str]:
     return needed
 
 
-def delete_key_schema(table: HudiTable, key_input: pa.Schema) -> pa.Schema:
-    """The types delete keys are read as: the table's, for the columns it has (keys print the same)."""
-    current = table.schema()
+def delete_key_schema(current: pa.Schema | None, key_input: pa.Schema) -> pa.Schema:
+    """The types delete keys are read as: the table's (``current``), for the columns it has (keys
+    print the same)."""
     if current is None:
         return key_input
     return pa.schema([current.field(f.name) if f.name in current.names else f for f in key_input])
 
 
-def write_schema(table: HudiTable, input_schema: pa.Schema) -> pa.Schema:
+def write_schema(meta: TableMeta, current: pa.Schema | None, input_schema: pa.Schema) -> pa.Schema:
     """The table's data schema after writing records of ``input_schema`` (meta columns dropped):
-    the current schema evolved by the input, or the input's own on the first write.
+    the ``current`` schema evolved by the input, or the input's own on the first write.
 
     Raises :class:`SchemaError` for input lacking a record key, partition or ordering field, for
     an incompatible type change and for a non-boolean ``_hoodie_is_deleted``. Decided from the
@@ -176,15 +176,14 @@ def write_schema(table: HudiTable, input_schema: pa.Schema) -> pa.Schema:
     """
     if len(input_schema) == 0:
         raise SchemaError("the input has no columns")
-    kg = table.key_generator
-    ordering = table.ordering_field
+    kg = meta.key_generator
+    ordering = meta.ordering_field
     incoming = normalize_schema(input_schema)
     for f in (*kg.record_key_fields, *kg.partition_fields, *([ordering] if ordering else [])):
         if f not in incoming.names:
             raise SchemaError(
                 f"required column {f!r} (record key, partition or ordering field) is missing from the input"
             )
-    current = table.schema()
     schema = evolve(current, incoming) if current is not None else incoming
     if IS_DELETED_COLUMN in schema.names and not pa.types.is_boolean(schema.field(IS_DELETED_COLUMN).type):
         raise SchemaError(f"{IS_DELETED_COLUMN} must be a boolean column")
@@ -222,27 +221,29 @@ def combines(op: WriteOperation, options: dict[str, str]) -> bool:
     )
 
 
-def prepare(table: HudiTable, data: pa.Table, op: WriteOperation, options: dict[str, str]) -> PreparedBatch:
+def prepare(
+    table: TableHandle, current: pa.Schema | None, data: pa.Table, op: WriteOperation, options: dict[str, str]
+) -> PreparedBatch:
+    """Key, type and dedupe ``data`` for a write onto a table whose schema is ``current``."""
     data = data.drop_columns([c for c in data.column_names if c in META_COLUMNS])
     check_input_columns(data.column_names)
-    kg = table.key_generator
+    kg = table.meta.key_generator
     if op is WriteOperation.DELETE:
         key_input = data.select(delete_key_fields(table, data.column_names))
-        key_input = cast_to(key_input, delete_key_schema(table, key_input.schema))
-        current = table.schema()
+        key_input = cast_to(key_input, delete_key_schema(current, key_input.schema))
         schema = current if current is not None else normalize_schema(key_input.schema)
         return PreparedBatch(
             op,
             merging.dedupe(delete_records(kg, key_input), MergeMode.COMMIT_TIME_ORDERING, None),
             schema,
-            to_avro_schema(schema, table.name),
+            to_avro_schema(schema, table.meta.name),
         )
 
-    schema = write_schema(table, data.schema)
+    schema = write_schema(table.meta, current, data.schema)
     records = keyed_records(kg, cast_to(data, schema))
     if combines(op, options):
-        records = merging.dedupe(records, table.merge_mode, table.ordering_field)
-    return PreparedBatch(op, records, schema, to_avro_schema(schema, table.name))
+        records = merging.dedupe(records, table.meta.merge_mode, table.meta.ordering_field)
+    return PreparedBatch(op, records, schema, to_avro_schema(schema, table.meta.name))
 
 
 # ---------------------------------------------------------------------------------- plan
@@ -294,12 +295,12 @@ def _split_by_partition(records: pa.Table) -> dict[str, pa.Table]:
 
 
 def plan_write(
-    table: HudiTable, batch: PreparedBatch, options: dict[str, str], partitions: Sequence[str] | None
+    table: TableHandle, batch: PreparedBatch, options: dict[str, str], partitions: Sequence[str] | None
 ) -> WritePlan:
-    if table.table_type is TableType.MERGE_ON_READ:
+    if table.meta.table_type is TableType.MERGE_ON_READ:
         return plan_mor_write(table, batch, options, partitions)
     op = batch.operation
-    view = table.file_system_view()
+    view = table.snapshot().view
     plan = WritePlan()
     by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
     if op.is_replace:
@@ -310,7 +311,7 @@ def plan_write(
     if op is WriteOperation.BULK_INSERT:
         by_partition = {p: _sort_bulk(r, options) for p, r in by_partition.items()}
     for p, recs in by_partition.items():
-        if table.index_type is IndexType.BUCKET:
+        if table.meta.index_type is IndexType.BUCKET:
             plan.file_groups.extend(_bucket_groups(table, p, recs, view, explicit))
             continue
         if lookup:
@@ -348,7 +349,9 @@ def stored_record_keys(storage: Storage, path: str, kg: KeyGenerator, populate_m
     return kg.record_keys(data).combine_chunks()
 
 
-def _locate(table: HudiTable, view: FileSystemView, partition: str, recs: pa.Table) -> dict[str, np.ndarray]:
+def _locate(
+    table: TableHandle, view: FileSystemView, partition: str, recs: pa.Table
+) -> dict[str, np.ndarray]:
     """Simple index (Copy-on-Write): file id -> positions (ascending) of the incoming records stored
     in its latest base file."""
     if recs.num_rows == 0:
@@ -356,7 +359,9 @@ def _locate(table: HudiTable, view: FileSystemView, partition: str, recs: pa.Tab
     stored = (
         (
             bf.file_id,
-            stored_record_keys(table.storage, bf.path, table.key_generator, table.populate_meta_fields),
+            stored_record_keys(
+                table.storage, bf.path, table.meta.key_generator, table.meta.populate_meta_fields
+            ),
         )
         for bf in view.latest_base_files(partition)
     )
@@ -402,7 +407,7 @@ def _one_array(values: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 
 def _plan_replace(
-    table: HudiTable,
+    table: TableHandle,
     view: FileSystemView,
     op: WriteOperation,
     by_partition: dict[str, pa.Table],
@@ -466,7 +471,7 @@ def _sort_bulk(records: pa.Table, options: dict[str, str]) -> pa.Table:
 
 
 def _bucket_groups(
-    table: HudiTable, p: str, recs: pa.Table, view: FileSystemView, explicit: bool, replace: bool = False
+    table: TableHandle, p: str, recs: pa.Table, view: FileSystemView, explicit: bool, replace: bool = False
 ) -> list[FileGroupWrite]:
     """Route records to their bucket's file group (a new one per bucket when ``replace``)."""
     existing: dict[int, str] = {}
@@ -491,10 +496,10 @@ def _without_deletes(recs: pa.Table) -> pa.Table:
     return recs.filter(pc.invert(flags)) if pc.any(flags).as_py() else recs
 
 
-def _by_bucket(table: HudiTable, recs: pa.Table) -> list[tuple[int, pa.Table]]:
+def _by_bucket(table: TableHandle, recs: pa.Table) -> list[tuple[int, pa.Table]]:
     """The records of each bucket (buckets ascending, records in their input order)."""
     buckets = np.asarray(
-        bucket_ids(recs.column(KEY), list(table.bucket_hash_fields), table.num_buckets).to_numpy()
+        bucket_ids(recs.column(KEY), list(table.meta.bucket_hash_fields), table.meta.num_buckets).to_numpy()
     )
     order = np.argsort(buckets, kind="stable")
     grouped = recs if bool(np.all(np.diff(order) > 0)) else recs.take(pa.array(order))
@@ -508,7 +513,7 @@ def _by_bucket(table: HudiTable, recs: pa.Table) -> list[tuple[int, pa.Table]]:
 
 
 def _new_file_groups(
-    table: HudiTable,
+    table: TableHandle,
     p: str,
     recs: pa.Table,
     view: FileSystemView,
@@ -523,7 +528,7 @@ def _new_file_groups(
     record goes to a new file group (for the bucket index: a new file group per bucket).
     ``not_small``: file ids never taken as small files (MOR file groups with log files).
     """
-    if table.index_type is IndexType.BUCKET:
+    if table.meta.index_type is IndexType.BUCKET:
         return _bucket_groups(table, p, recs, view, explicit=False, replace=replace)
     out = []
     offset = 0
@@ -535,7 +540,7 @@ def _new_file_groups(
 
 
 def insert_slots(
-    table: HudiTable,
+    table: TableHandle,
     p: str,
     n: int,
     view: FileSystemView,
@@ -676,14 +681,16 @@ def _read_log_keys(storage: Storage, path: str) -> tuple[LogFileScan, dict[int, 
         src.close()
 
 
-def slice_record_keys(table: HudiTable, view: FileSystemView, file_slice: FileSlice) -> pa.Array:
+def slice_record_keys(table: TableHandle, view: FileSystemView, file_slice: FileSlice) -> pa.Array:
     """Record keys in a file slice: its base file's, and those of its log files' data and delete
     blocks (duplicates possible)."""
     parts: list[pa.Array] = []
     if file_slice.base_file is not None:
         base = file_slice.base_file
         parts.append(
-            stored_record_keys(table.storage, base.path, table.key_generator, table.populate_meta_fields)
+            stored_record_keys(
+                table.storage, base.path, table.meta.key_generator, table.meta.populate_meta_fields
+            )
         )
     if file_slice.log_files:
         parts.append(LOG_KEYS.keys(table.storage, file_slice.log_files, BlockFilter(view.is_committed)))
@@ -691,7 +698,7 @@ def slice_record_keys(table: HudiTable, view: FileSystemView, file_slice: FileSl
 
 
 def _locate_mor(
-    table: HudiTable, view: FileSystemView, slices: Sequence[FileSlice], recs: pa.Table
+    table: TableHandle, view: FileSystemView, slices: Sequence[FileSlice], recs: pa.Table
 ) -> dict[str, np.ndarray]:
     """Simple index of a MOR table: file id -> positions of incoming records whose keys the latest
     file slice holds (in its base file or in its log files)."""
@@ -705,7 +712,7 @@ NBCC_MODE = "NON_BLOCKING_CONCURRENCY_CONTROL"
 
 
 def _mor_bucket_groups(
-    table: HudiTable, p: str, recs: pa.Table, slices: Sequence[FileSlice], explicit: bool, bulk: bool
+    table: TableHandle, p: str, recs: pa.Table, slices: Sequence[FileSlice], explicit: bool, bulk: bool
 ) -> list[FileGroupWrite]:
     """Bucket index on MOR: every record goes to a log file of its bucket's file group.
 
@@ -721,7 +728,7 @@ def _mor_bucket_groups(
         b = bucket_of_file_id(s.file_id)
         if b is not None:
             existing[b] = s
-    nbcc = table.props.get("hoodie.write.concurrency.mode", "").upper() == NBCC_MODE
+    nbcc = table.meta.props.get("hoodie.write.concurrency.mode", "").upper() == NBCC_MODE
     out = []
     for b, rows in _by_bucket(table, recs):
         current = existing.get(b)
@@ -741,7 +748,7 @@ def _mor_bucket_groups(
 
 
 def plan_mor_write(
-    table: HudiTable, batch: PreparedBatch, options: dict[str, str], partitions: Sequence[str] | None
+    table: TableHandle, batch: PreparedBatch, options: dict[str, str], partitions: Sequence[str] | None
 ) -> WritePlan:
     """Plan a write into a Merge-on-Read table.
 
@@ -756,10 +763,10 @@ def plan_mor_write(
     File groups are the latest file slices of :class:`FileSystemView` (base file and log files),
     the same slices the readers merge.
     """
-    if not table.populate_meta_fields:
+    if not table.meta.populate_meta_fields:
         raise UnsupportedError("Merge-on-Read writes need hoodie.populate.meta.fields=true")
     op = batch.operation
-    view = table.file_system_view()
+    view = table.snapshot().view
     plan = WritePlan()
     by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
     if op.is_replace:
@@ -771,7 +778,7 @@ def plan_mor_write(
         by_partition = {p: _sort_bulk(r, options) for p, r in by_partition.items()}
     for p, recs in by_partition.items():
         slices = view.latest_file_slices(p)
-        if table.index_type is IndexType.BUCKET:
+        if table.meta.index_type is IndexType.BUCKET:
             bulk = op is WriteOperation.BULK_INSERT
             plan.file_groups.extend(_mor_bucket_groups(table, p, recs, slices, explicit, bulk))
             continue
@@ -815,7 +822,7 @@ def plan_mor_write(
     return plan
 
 
-def _check_log_deletes(table: HudiTable, plan: WritePlan) -> None:
+def _check_log_deletes(table: TableHandle, plan: WritePlan) -> None:
     """Soft deletes appended to logs need their ordering value under EVENT_TIME_ORDERING.
 
     A delete block carries each delete's ordering value, and readers compare it with the stored
@@ -827,14 +834,14 @@ def _check_log_deletes(table: HudiTable, plan: WritePlan) -> None:
             check_soft_delete_ordering(table, g.records)
 
 
-def check_soft_delete_ordering(table: HudiTable, records: pa.Table) -> None:
+def check_soft_delete_ordering(table: TableHandle, records: pa.Table) -> None:
     """Refuse ``_hoodie_is_deleted`` rows without an ordering value where a delete block would
     have to carry it (Merge-on-Read, event-time ordering). The local engine checks a whole batch
     before its instant begins; planning checks the rows bound for log files."""
-    ordering = table.ordering_field
+    ordering = table.meta.ordering_field
     if (
-        table.table_type is not TableType.MERGE_ON_READ
-        or table.merge_mode is not MergeMode.EVENT_TIME_ORDERING
+        table.meta.table_type is not TableType.MERGE_ON_READ
+        or table.meta.merge_mode is not MergeMode.EVENT_TIME_ORDERING
         or not ordering
     ):
         return
@@ -1141,15 +1148,15 @@ def _planned_metadata(plan: WritePlan, op: WriteOperation) -> CommitMetadata:
 # ---------------------------------------------------------------------------------- commit
 
 
-def commit_action(table: HudiTable, op: WriteOperation) -> str:
+def commit_action(table: TableHandle, op: WriteOperation) -> str:
     """The timeline action of a write: replacecommit, deltacommit (Merge-on-Read) or commit."""
     if op.is_replace:
         return Action.REPLACE_COMMIT
-    return Action.DELTA_COMMIT if table.table_type is TableType.MERGE_ON_READ else Action.COMMIT
+    return Action.DELTA_COMMIT if table.meta.table_type is TableType.MERGE_ON_READ else Action.COMMIT
 
 
 def write_context(
-    table: HudiTable,
+    table: TableHandle,
     instant_time: str,
     op: WriteOperation,
     schema: pa.Schema,
@@ -1159,18 +1166,20 @@ def write_context(
     """What every file-group writer of one write needs (plain values: executors receive it)."""
     return WriteContext(
         base_uri=table.base_path,
-        table_name=table.name,
+        table_name=table.meta.name,
         instant_time=instant_time,
         schema=schema,
         avro_schema=avro_schema,
-        merge_mode=table.merge_mode if op is not WriteOperation.DELETE else MergeMode.COMMIT_TIME_ORDERING,
-        ordering_field=table.ordering_field,
-        key_generator=table.key_generator,
-        populate_meta_fields=table.populate_meta_fields,
+        merge_mode=table.meta.merge_mode
+        if op is not WriteOperation.DELETE
+        else MergeMode.COMMIT_TIME_ORDERING,
+        ordering_field=table.meta.ordering_field,
+        key_generator=table.meta.key_generator,
+        populate_meta_fields=table.meta.populate_meta_fields,
         compression=WriteConfig.PARQUET_COMPRESSION.require(options),
         data_block_format=logs.DATA_BLOCK_FORMAT.require(options),
-        table_merge_mode=table.merge_mode,
-        cache_log_keys=table.index_type is not IndexType.BUCKET,
+        table_merge_mode=table.meta.merge_mode,
+        cache_log_keys=table.meta.index_type is not IndexType.BUCKET,
     )
 
 
@@ -1198,7 +1207,7 @@ class PlannedWrite:
 
 
 def run_write(
-    table: HudiTable,
+    table: TableHandle,
     op: WriteOperation,
     plan: Callable[[], PlannedWrite],
     *,
@@ -1219,7 +1228,6 @@ def run_write(
     atomic rename). Any failure rolls the instant back (its marked files are deleted); a crash
     leaves a pending instant that the next writer rolls back once the heartbeat has expired.
     """
-    from inlet.core.table.facade import CommitResult
 
     action = commit_action(table, op)
     requested = b""
@@ -1275,13 +1283,13 @@ def parse_operation(operation: WriteOperation | str) -> WriteOperation:
     return op
 
 
-def check_writable(table: HudiTable) -> None:
-    if table.version != 8:
-        raise UnsupportedError(f"Inlet writes table version 8; this table is version {table.version}")
+def check_writable(table: TableHandle) -> None:
+    if table.meta.version != 8:
+        raise UnsupportedError(f"Inlet writes table version 8; this table is version {table.meta.version}")
 
 
 def write_table(
-    table: HudiTable,
+    table: TableHandle,
     data: pa.Table | pa.RecordBatchReader | Iterable[pa.RecordBatch],
     operation: WriteOperation | str,
     options: dict[str, str],
@@ -1291,6 +1299,7 @@ def write_table(
     op = parse_operation(operation)
     check_writable(table)
     check_write_options(options)
+    current = table.snapshot().schema
     if data is None:
         if op is not WriteOperation.DELETE_PARTITION:
             raise InvalidInputError(f"{op.value.lower()} needs input data")
@@ -1303,20 +1312,20 @@ def write_table(
                     DELETED: pa.array([], pa.bool_()),
                 }
             ),
-            table.schema() or pa.schema([]),
+            current or pa.schema([]),
             "",
         )
-        batch.avro_schema = to_avro_schema(batch.schema, table.name) if len(batch.schema) else ""
+        batch.avro_schema = to_avro_schema(batch.schema, table.meta.name) if len(batch.schema) else ""
     else:
         arrow = _as_arrow(data)
         if op is WriteOperation.DELETE_PARTITION:
-            kg = table.key_generator
+            kg = table.meta.key_generator
             missing = [c for c in kg.partition_fields if c not in arrow.column_names]
             if missing:
                 raise SchemaError(f"delete_partition input lacks partition column(s) {', '.join(missing)}")
             paths = kg.partition_paths(arrow)
             n = arrow.num_rows
-            schema = table.schema() or pa.schema([])
+            schema = current or pa.schema([])
             batch = PreparedBatch(
                 op,
                 pa.table(
@@ -1327,10 +1336,10 @@ def write_table(
                     }
                 ),
                 schema,
-                to_avro_schema(schema, table.name) if len(schema) else "",
+                to_avro_schema(schema, table.meta.name) if len(schema) else "",
             )
         else:
-            batch = prepare(table, arrow, op, options)
+            batch = prepare(table, current, arrow, op, options)
 
     if op is not WriteOperation.DELETE:
         check_soft_delete_ordering(table, batch.records)  # refused before the instant begins

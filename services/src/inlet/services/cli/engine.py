@@ -29,7 +29,7 @@ from inlet.services.cli.options import choice, choices_metavar, env, env_choice,
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from inlet.core.table.facade import CommitResult
+    from inlet.core import CommitResult
 
 log = logging.getLogger("inlet.cli")
 

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inlet.core import avro
+from inlet.core import HudiTable, avro
 from inlet.core.actions import rollback
 from inlet.core.commit import heartbeat
 from inlet.core.commit.protocol import CommitProtocol, check_still_pending, find_conflicts, next_instant_time
@@ -31,7 +31,6 @@ from inlet.core.config import IndexType, TableConfig, TableType, WriteOperation
 from inlet.core.errors import CommitConflictError, InletError, TableNotFoundError
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
-from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, State
