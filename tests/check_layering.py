@@ -47,9 +47,9 @@ CORE_LAYERS = (
     ("log",),
     ("merge",),
     ("file_group",),
-    ("index",),
     ("commit",),
     ("table.handle",),
+    ("index",),
     ("actions.rollback",),  # writers roll back failed writes before they write
     ("read", "write"),
     ("actions",),

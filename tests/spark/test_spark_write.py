@@ -29,7 +29,7 @@ from inlet.core.file_group.view import BaseFile, list_data_files
 from inlet.core.storage import Storage
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Instant
-from inlet.core.write import writers
+from inlet.core.write import run as write_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from model import hudi_bucket
@@ -303,7 +303,7 @@ def test_stray_attempt_files_are_deleted_before_completing(
     path = str(tmp_path / "trips")
     inlet_spark.write(spark.createDataFrame([("a", "sf", 1, 10.0)], TRIPS), path, hudi_options())
 
-    real = writers.write_file_group
+    real = write_run.write_file_group
     strays: list[str] = []
 
     def with_duplicate(storage: Storage, ctx: Any, fg: Any, task_id: int, *args: Any, **kw: Any) -> Any:
@@ -316,8 +316,8 @@ def test_stray_attempt_files_are_deleted_before_completing(
         strays.append(f"{fg.partition}/{dup}")
         return stat
 
-    # the shared commit step (writers.run_write) is what removes them; the local engine drives it here
-    monkeypatch.setattr(writers, "write_file_group", with_duplicate)
+    # the shared commit step (write.run.run_write) is what removes them; the local engine drives it here
+    monkeypatch.setattr(write_run, "write_file_group", with_duplicate)
     HudiTable.open(path).write(pa.table({"uuid": ["b"], "city": ["sf"], "ts": [1], "fare": [2.0]}), "upsert")
     assert strays and not any(Path(path, s).exists() for s in strays)
     assert sorted(r["uuid"] for r in hudi_rows(path, ["uuid"])) == ["a", "b"]

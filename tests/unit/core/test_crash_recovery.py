@@ -19,7 +19,7 @@ from inlet.core import HudiTable, avro, faults
 from inlet.core.commit import heartbeat, markers
 from inlet.core.file_group.view import BaseFile
 from inlet.core.timeline.instant import Action, Instant, State
-from inlet.core.write import writers
+from inlet.core.write import run as write_run
 
 WRITER = """
 import sys
@@ -396,7 +396,7 @@ def test_exception_after_files_were_written_rolls_the_write_back(
 ) -> None:
     table = trips_table()
     before = _first_commit(kit, table)
-    real = writers.write_file_group
+    real = write_run.write_file_group
     written: list[str] = []
 
     def flaky(storage: Any, ctx: Any, fg: Any, task_id: int, attempt: int = 0) -> Any:
@@ -407,7 +407,7 @@ def test_exception_after_files_were_written_rolls_the_write_back(
         written.append(stat.path)
         return stat
 
-    monkeypatch.setattr(writers, "write_file_group", flaky)
+    monkeypatch.setattr(write_run, "write_file_group", flaky)
     with pytest.raises(RuntimeError, match="disk on fire"):
         table.write(_upsert(kit), "upsert")
     monkeypatch.undo()

@@ -1,11 +1,11 @@
 """The vectorised Merge-on-Read merge against a reference model of Hudi's merge rules.
 
 Random file slices (a Parquet base file, Avro and Parquet data blocks, delete blocks) are read by
-:func:`inlet.core.file_group_reader.read_file_slice` and compared with two oracles:
+:func:`inlet.core.file_group.reader.read_file_slice` and compared with two oracles:
 
 - a reference model written here: per key, the writes folded one at a time with dicts, from the
   rules in :mod:`inlet.core.file_group.reader`'s docstring;
-- the record-by-record :class:`~inlet.core.file_group_reader.RecordMerger` (the pre-vectorised
+- the record-by-record :class:`~inlet.core.merge.records.RecordMerger` (the pre-vectorised
   implementation, kept for the keys the vectorised path hands it), fed the same writes.
 
 The generated histories cover upserts, ``_hoodie_is_deleted`` records, delete blocks with default
@@ -30,18 +30,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inlet.core.config import MergeMode
-from inlet.core.file_group import reader as fgr
-from inlet.core.file_group.reader import (
-    BlockFilter,
-    MergeConfig,
-    RecordMerger,
-    SliceStats,
-    merge_log_records,
-    read_file_slice,
-)
+from inlet.core.file_group.reader import BlockFilter, merge_log_records, read_file_slice
 from inlet.core.file_group.view import BaseFile, FileSlice, LogFile
 from inlet.core.log.blocks import DeleteRecord
 from inlet.core.log.writer import DataBlockFormat, data_block, delete_block, write_log_file
+from inlet.core.merge import log_events
+from inlet.core.merge.records import MergeConfig, RecordMerger, SliceStats
 from inlet.core.storage import Storage
 
 MARKER = "__debezium_unavailable_value"
@@ -321,9 +315,9 @@ def write_slice(root: str, h: dict[str, Any]) -> tuple[Storage, FileSlice, pa.Sc
 
 @pytest.fixture
 def reduce_rows() -> Iterator[None]:
-    saved = fgr.REDUCE_ROWS
+    saved = log_events.REDUCE_ROWS
     yield
-    fgr.REDUCE_ROWS = saved
+    log_events.REDUCE_ROWS = saved
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -339,7 +333,7 @@ def _assert_same(got: dict[str, dict[str, Any]], want: dict[str, dict[str, Any]]
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(h=histories())
 def test_merge_matches_the_reference_model(h: dict[str, Any], reduce_rows: None) -> None:
-    fgr.REDUCE_ROWS = h["reduce_rows"]
+    log_events.REDUCE_ROWS = h["reduce_rows"]
     with tempfile.TemporaryDirectory() as root:
         storage, file_slice, schema = write_slice(root, h)
         config = MergeConfig(h["mode"], "ts", MARKER)

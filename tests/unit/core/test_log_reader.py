@@ -23,13 +23,7 @@ import pytest
 from inlet.core import avro
 from inlet.core.config import MergeMode
 from inlet.core.errors import CorruptFileError, UnsupportedError
-from inlet.core.file_group.reader import (
-    BlockFilter,
-    MergeConfig,
-    RecordMerger,
-    merge_log_records,
-    read_merged,
-)
+from inlet.core.file_group.reader import BlockFilter, merge_log_records, read_merged
 from inlet.core.file_group.view import BaseFile, FileSlice, FileSystemView, LogFile
 from inlet.core.log import reader as log_reader
 from inlet.core.log.blocks import BlockType, HeaderKey
@@ -42,6 +36,7 @@ from inlet.core.log.reader import (
     read_log_file,
     scan_frames,
 )
+from inlet.core.merge.records import MergeConfig, RecordMerger
 from inlet.core.storage import FileInfo, Storage
 from inlet.core.timeline.active import Timeline
 

@@ -33,11 +33,11 @@ from inlet.core import HudiTable
 from inlet.core.config import TableType
 from inlet.core.file_group.reader import BlockFilter
 from inlet.core.file_group.view import LogFile
+from inlet.core.index.simple import LogKeyCache
 from inlet.core.log import writer as lw
 from inlet.core.log.blocks import BlockType, DeleteRecord, HeaderKey
 from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema, to_avro_schema
 from inlet.core.storage import Storage
-from inlet.core.write.writers import LogKeyCache
 
 TESTDATA = Path(__file__).resolve().parents[3].parent / "shared" / "testdata" / "hudi-tables"
 

@@ -12,7 +12,7 @@ import pytest
 
 from inlet.core import HudiTable, InvalidInputError, SchemaError
 from inlet.core.file_group.view import BaseFile
-from inlet.core.write.writers import locate_keys
+from inlet.core.index.simple import locate_keys
 
 
 def _table(tmp_path: pathlib.Path, **kw: object) -> HudiTable:

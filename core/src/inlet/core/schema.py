@@ -9,6 +9,7 @@ written.
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from typing import Any
@@ -18,13 +19,18 @@ import pyarrow.compute as pc
 
 from inlet.core.errors import SchemaError
 
-META_COLUMNS = (
-    "_hoodie_commit_time",
-    "_hoodie_commit_seqno",
-    "_hoodie_record_key",
-    "_hoodie_partition_path",
-    "_hoodie_file_name",
-)
+
+class MetaField(enum.StrEnum):
+    """Hudi's meta columns (``HoodieRecord.HoodieMetadataField``), in file order."""
+
+    COMMIT_TIME = "_hoodie_commit_time"
+    COMMIT_SEQNO = "_hoodie_commit_seqno"
+    RECORD_KEY = "_hoodie_record_key"
+    PARTITION_PATH = "_hoodie_partition_path"
+    FILE_NAME = "_hoodie_file_name"
+
+
+META_COLUMNS: tuple[str, ...] = tuple(f.value for f in MetaField)
 IS_DELETED_COLUMN = "_hoodie_is_deleted"
 MAX_DECIMAL_PRECISION = 38  # Spark's, hudi-rs's (Arrow decimal128) and this reader's
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_]")

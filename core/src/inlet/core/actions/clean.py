@@ -44,7 +44,7 @@ from inlet.core.file_group.view import FileGroup, FileSlice, FileSystemView
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, State, format_instant_time
-from inlet.core.write.writers import check_writable
+from inlet.core.write.prepare import check_writable
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ Three steps (Apache Hudi's ``ScheduleCompactionActionExecutor``, ``RunCompaction
 2. **run** (:func:`run`) — ``<t>.compaction.inflight`` (empty, as Hudi writes it), then per
    operation one new base file ``<fileId>_<token>_<t>.parquet`` holding the file slice merged
    with exactly the plan's log files, by the rules of every read
-   (:func:`inlet.core.file_group_reader.read_file_slice`). Records keep the
+   (:func:`inlet.core.file_group.reader.read_file_slice`). Records keep the
    ``_hoodie_commit_time`` / ``_hoodie_commit_seqno`` of the write that produced them (Hudi's
    compaction preserves them); ``_hoodie_file_name`` names the new file. Markers and a heartbeat
    guard the run as they guard writes. The instant completes as ``<t>_<c>.commit``:
@@ -78,9 +78,10 @@ from inlet.core.errors import (
     InvalidInputError,
     UnsupportedError,
 )
-from inlet.core.file_group.reader import BlockFilter, MergeConfig, SliceStats, read_file_slice
+from inlet.core.file_group.reader import BlockFilter, read_file_slice
 from inlet.core.file_group.view import (
     BaseFile,
+    CommittedInstants,
     FileSlice,
     FileSystemView,
     LogFile,
@@ -88,20 +89,18 @@ from inlet.core.file_group.view import (
     list_data_files,
     write_token,
 )
+from inlet.core.merge.records import MergeConfig, SliceStats
 from inlet.core.read.snapshot import merge_config
-from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema
+from inlet.core.schema import META_COLUMNS, MetaField, from_avro_schema, meta_schema
 from inlet.core.storage import FileInfo, Storage
 from inlet.core.table import properties as props_io
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time, parse_instant_time
-from inlet.core.write.writers import (
-    WRITE_OPTION_KEYS,
-    CommittedInstants,
-    ensure_partition_metadata,
-    remove_stray_files,
-)
+from inlet.core.write.files import ensure_partition_metadata
+from inlet.core.write.prepare import WRITE_OPTION_KEYS
+from inlet.core.write.run import remove_stray_files
 
 log = logging.getLogger(__name__)
 
@@ -592,10 +591,10 @@ def compact_operation(
     min_key: str | None = None
     max_key: str | None = None
     scan_ms: int | None = None
-    file_col = ctx.schema.get_field_index("_hoodie_file_name")
-    time_col = ctx.schema.get_field_index("_hoodie_commit_time")
-    seq_col = ctx.schema.get_field_index("_hoodie_commit_seqno")
-    key_col = ctx.schema.get_field_index("_hoodie_record_key")
+    file_col = ctx.schema.get_field_index(MetaField.FILE_NAME)
+    time_col = ctx.schema.get_field_index(MetaField.COMMIT_TIME)
+    seq_col = ctx.schema.get_field_index(MetaField.COMMIT_SEQNO)
+    key_col = ctx.schema.get_field_index(MetaField.RECORD_KEY)
     buffered: list[pa.Table] = []
     buffered_rows = 0
     with pq.ParquetWriter(

@@ -191,6 +191,24 @@ def slice_file_group(
     return [slices[k] for k in sorted(slices)]
 
 
+@dataclass(frozen=True)
+class CommittedInstants:
+    """:meth:`FileSystemView.is_committed` as plain values, so a read or write plan pickles to
+    another process (a Spark executor); a log-block filter's predicate."""
+
+    times: frozenset[str]
+    archive_boundary: str | None = None
+
+    @staticmethod
+    def of(view: FileSystemView) -> CommittedInstants:
+        return CommittedInstants(frozenset(view.completion_times), view.archive_boundary)
+
+    def __call__(self, instant_time: str) -> bool:
+        if instant_time in self.times:
+            return True
+        return self.archive_boundary is not None and instant_time < self.archive_boundary
+
+
 class FileSystemView:
     """File groups and their slices visible at an instant (all completed writes if ``as_of`` is None)."""
 

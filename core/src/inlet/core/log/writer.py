@@ -58,11 +58,12 @@ from inlet.core.log.blocks import (
     DeleteRecord,
     HeaderKey,
 )
+from inlet.core.schema import MetaField
 from inlet.core.storage import Storage
 
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_KEY_FIELD = "_hoodie_record_key"
+_KEY_FIELD = MetaField.RECORD_KEY
 
 
 class DataBlockFormat(enum.StrEnum):

@@ -17,9 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inlet.core.config import MergeMode
+from inlet.core.schema import MetaField
 
-KEY = "_hoodie_record_key"
-PARTITION = "_hoodie_partition_path"
+KEY: str = MetaField.RECORD_KEY.value
+PARTITION: str = MetaField.PARTITION_PATH.value
 POSITION = "__inlet_pos"
 
 

@@ -31,11 +31,12 @@ import pyarrow.compute as pc
 
 from inlet.core.errors import InvalidInputError, UnsupportedError
 from inlet.core.read.snapshot import plan_read, read_slice
+from inlet.core.schema import META_COLUMNS, MetaField
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, normalize_instant_time
 
-COMMIT_TIME = "_hoodie_commit_time"
+COMMIT_TIME: str = MetaField.COMMIT_TIME.value
 # operations that rewrite records without changing them (no new versions for change queries)
 _TABLE_SERVICE_OPERATIONS = {"compact", "cluster", "log_compact"}
 
@@ -141,5 +142,5 @@ def _project(t: pa.Table, wanted: list[str] | None, meta_columns: bool) -> pa.Ta
     if wanted is not None:
         return t.select(wanted)
     if not meta_columns:
-        return t.select([c for c in t.column_names if not c.startswith("_hoodie_")])
+        return t.select([c for c in t.column_names if c not in META_COLUMNS])
     return t

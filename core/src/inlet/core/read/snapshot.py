@@ -24,14 +24,9 @@ import pyarrow.dataset as ds
 
 from inlet.core.config import TableConfig, TableType
 from inlet.core.errors import InvalidInputError
-from inlet.core.file_group.reader import (
-    DEBEZIUM_UNAVAILABLE_VALUE,
-    BlockFilter,
-    MergeConfig,
-    merge_columns,
-    read_file_slice,
-)
-from inlet.core.file_group.view import BaseFile, FileSlice, FileSystemView
+from inlet.core.file_group.reader import BlockFilter, merge_columns, read_file_slice
+from inlet.core.file_group.view import BaseFile, CommittedInstants, FileSlice
+from inlet.core.merge.records import DEBEZIUM_UNAVAILABLE_VALUE, MergeConfig
 from inlet.core.schema import META_COLUMNS, cast_to, meta_schema
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.instant import normalize_instant_time
@@ -40,7 +35,6 @@ Filter = tuple[str, str, Any]
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in"}
 QUERY_TYPES = ("snapshot", "read_optimized")
 # Hudi's FILL_UNAVAILABLE partial-update marker (RECORD_MERGE_PROPERTY_PREFIX + "partial.update.unavailable.value")
-UNAVAILABLE_VALUE_KEY = "hoodie.record.merge.property.partial.update.unavailable.value"
 
 
 def _decimal_scalar(value: Any) -> pa.Scalar:
@@ -172,7 +166,8 @@ def merge_config(table: TableHandle) -> MergeConfig:
     return MergeConfig(
         mode=table.meta.merge_mode,
         ordering_field=table.meta.ordering_field,
-        unavailable_value=table.meta.props.get(UNAVAILABLE_VALUE_KEY) or DEBEZIUM_UNAVAILABLE_VALUE,
+        unavailable_value=TableConfig.PARTIAL_UPDATE_UNAVAILABLE_VALUE.get(table.meta.props)
+        or DEBEZIUM_UNAVAILABLE_VALUE,
         # keys come from _hoodie_record_key; tables without meta fields recompute them
         key_generator=None if table.meta.populate_meta_fields else table.meta.key_generator,
     )
@@ -183,24 +178,6 @@ def _query_type(query_type: str) -> str:
     if qt not in QUERY_TYPES:
         raise InvalidInputError(f"unknown query type {query_type!r} (use one of {', '.join(QUERY_TYPES)})")
     return qt
-
-
-@dataclass(frozen=True)
-class CommittedInstants:
-    """:meth:`FileSystemView.is_committed` as plain values, so a read plan can be pickled to
-    another process (a Spark executor)."""
-
-    times: frozenset[str]
-    archive_boundary: str | None = None
-
-    @staticmethod
-    def of(view: FileSystemView) -> CommittedInstants:
-        return CommittedInstants(frozenset(view.completion_times), view.archive_boundary)
-
-    def __call__(self, instant_time: str) -> bool:
-        if instant_time in self.times:
-            return True
-        return self.archive_boundary is not None and instant_time < self.archive_boundary
 
 
 @dataclass

@@ -1,15 +1,15 @@
 """The Spark write engine: the driver plans from metadata, executors write, the driver commits.
 
-The same operations as :func:`inlet.core.writers.write_table` (insert, upsert, delete,
+The same operations as :func:`inlet.core.write.run.write_table` (insert, upsert, delete,
 bulk_insert and its sort modes, insert_overwrite, insert_overwrite_table, delete_partition), on
 Copy-on-Write and Merge-on-Read tables with the simple or the bucket index:
 
 1. **keys** (executors, ``mapInArrow``): each batch is cast to the write schema (decided on the
-   driver from ``df.schema`` and the table's schema, :func:`inlet.core.writers.write_schema`;
+   driver from ``df.schema`` and the table's schema, :func:`inlet.core.write.prepare.write_schema`;
    unsupported Spark types are refused there by :func:`inlet.core.spark.types.check_writable`) and
    gets its record key, partition path, delete flag, arrival number and (bucket index) Apache
    Hudi's bucket id, by the core's :class:`~inlet.core.keys.KeyGenerator` and
-   :func:`~inlet.core.index.bucket_ids` (numpy Java-hash, bit-for-bit Hudi's).
+   :func:`~inlet.core.index.bucket.bucket_ids` (numpy Java-hash, bit-for-bit Hudi's).
 2. **dedupe** (a Spark aggregation): one record per (key, partition path), chosen by the table's
    merge mode: ``max_by`` over (ordering value not null, ordering value, arrival number), or the
    latest arrival under commit-time ordering.
@@ -21,10 +21,10 @@ Copy-on-Write and Merge-on-Read tables with the simple or the bucket index:
    job, so no extra pass over the input is needed to find them.
 4. **assign**: the driver plans, from per-partition and per-file-group counts only (one small
    collect), which small file groups take inserts and how many new ones are needed (the core's
-   sizing rules, :func:`~inlet.core.writers.insert_slots`); inserts are spread over them by a hash
+   sizing rules, :func:`~inlet.core.write.plan.insert_slots`); inserts are spread over them by a hash
    of their key weighted by each slot's share, as Apache Hudi's upsert partitioner does.
 5. **write** (executors): ``groupBy(partition, file id).applyInArrow`` runs the core's
-   :func:`~inlet.core.writers.write_file_group` / :func:`~inlet.core.writers.write_log_group` per
+   :func:`~inlet.core.write.files.write_file_group` / :func:`~inlet.core.write.files.write_log_group` per
    file group (reading the previous base file there) and returns one serialized write stat;
    bulk inserts and the new files of replace operations with the simple index are written by each
    task for the rows it holds (``mapInArrow``; ``GLOBAL_SORT`` range-partitions and sorts by
@@ -33,13 +33,13 @@ Copy-on-Write and Merge-on-Read tables with the simple or the bucket index:
 one job, since the file group of a record follows from its bucket alone. The driver reads which file
 group holds each (partition, bucket) off the view (:class:`BucketLayout`); the keyed records are
 shuffled once by (partition, bucket), and each task dedupes what it holds by key (the core's
-:func:`~inlet.core.merge.dedupe`: the reduce side of the aggregation, the shuffle having brought
+:func:`~inlet.core.merge.dedupe.dedupe`: the reduce side of the aggregation, the shuffle having brought
 every record of a key to it), routes and writes its buckets (:func:`write_buckets`). No counting job
 runs first, so the inflight instant carries the operation but no workload profile. This removes two
 shuffles and three jobs from every upsert; replace operations and the simple index take the steps
 as listed.
 
-6. **commit** (driver): :func:`~inlet.core.writers.run_write` — the same requested / inflight /
+6. **commit** (driver): :func:`~inlet.core.write.run.run_write` — the same requested / inflight /
    heartbeat / markers / rollback-on-failure discipline as the local engine, through the table's
    commit protocol (or the one passed in). Write tokens are ``<task>-<stage>-<task attempt id>``,
    so attempts never share a file name; files named by markers but not by the collected stats
@@ -107,8 +107,9 @@ from inlet.core.errors import (
     TableExistsError,
 )
 from inlet.core.file_group.reader import BlockFilter
-from inlet.core.file_group.view import BaseFile, FileSystemView, LogFile, new_file_id
+from inlet.core.file_group.view import BaseFile, CommittedInstants, FileSystemView, LogFile, new_file_id
 from inlet.core.index.bucket import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
+from inlet.core.index.simple import LOG_KEYS, stored_record_keys
 from inlet.core.keys import KeyGenerator
 from inlet.core.merge import dedupe as merging
 from inlet.core.schema import META_COLUMNS, cast_to, normalize_schema, normalize_type, to_avro_schema
@@ -118,8 +119,30 @@ from inlet.core.storage import Storage
 from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Instant
-from inlet.core.write import writers
-from inlet.core.write.writers import DELETED, KEY, PARTITION, FileGroupWrite, WriteContext
+from inlet.core.write import prepare
+from inlet.core.write.files import WriteContext, ensure_partition_metadata, write_file_group, write_log_group
+from inlet.core.write.plan import (
+    FileGroupWrite,
+    insert_slots,
+    latest_base_file,
+    records_per_file,
+    without_deletes,
+)
+from inlet.core.write.prepare import (
+    DELETED,
+    KEY,
+    PARTITION,
+    check_input_columns,
+    check_writable,
+    combines,
+    delete_key_fields,
+    delete_key_schema,
+    delete_records,
+    keyed_records,
+    refuse_null_ordering_deletes,
+    write_schema,
+)
+from inlet.core.write.run import PlannedWrite, run_write, write_context
 
 log = logging.getLogger(__name__)
 
@@ -242,9 +265,9 @@ def key_batches(spec: KeySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
             records = pa.table({PARTITION: kg.partition_paths(data)})
         else:
             if spec.mode == "delete":
-                records = writers.delete_records(kg, cast_to(data, spec.schema))
+                records = delete_records(kg, cast_to(data, spec.schema))
             else:
-                records = writers.keyed_records(kg, cast_to(data, spec.schema))
+                records = keyed_records(kg, cast_to(data, spec.schema))
             n = records.num_rows
             seq = np.arange(offset, offset + n, dtype=np.int64) + (np.int64(pid) << _SEQ_SHIFT)
             offset += n
@@ -263,7 +286,7 @@ class SliceKeySpec:
     base_uri: str
     key_generator: KeyGenerator
     populate_meta_fields: bool
-    committed: writers.CommittedInstants
+    committed: CommittedInstants
 
 
 SLICE_SCHEMA = T.StructType(
@@ -295,14 +318,14 @@ def slice_keys(spec: SliceKeySpec, batches: Iterator[pa.RecordBatch]) -> Iterato
             parts: list[pa.Array] = []
             if row["base"]:
                 parts.append(
-                    writers.stored_record_keys(
+                    stored_record_keys(
                         storage, row["base"], spec.key_generator, spec.populate_meta_fields
                     ).cast(pa.string())
                 )
             if row["logs"]:
                 files = [LogFile.parse(p, int(s)) for p, s in zip(row["logs"], row["sizes"], strict=True)]
                 logs = [lf for lf in files if lf is not None]
-                parts.append(writers.LOG_KEYS.keys(storage, logs, blocks).cast(pa.string()))
+                parts.append(LOG_KEYS.keys(storage, logs, blocks).cast(pa.string()))
             if not parts:
                 continue
             keys = pc.unique(pa.concat_arrays(parts))
@@ -369,7 +392,7 @@ def write_group(job: GroupJob, table: pa.Table) -> pa.Table:
     )
     _, stage, attempt_id, _ = _task()
     storage = Storage(job.ctx.base_uri)
-    write = writers.write_log_group if spec.log else writers.write_file_group
+    write = write_log_group if spec.log else write_file_group
     stat = write(storage, job.ctx, fg, spec.index, attempt=attempt_id, stage_id=stage)
     _maybe_crash(job.crash_at, faults.AFTER_DATA_FILES, spec.index == 0)
     return pa.table({"partition": [partition], "stat": [_stat_json(stat)]})
@@ -405,7 +428,7 @@ def write_bulk(job: BulkJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     def flush(partition: str, rows: pa.Table) -> pa.RecordBatch:
         nonlocal written
         fg = FileGroupWrite(partition, new_file_id(), None, _records(rows, job.ctx, False), concat=True)
-        stat = writers.write_file_group(
+        stat = write_file_group(
             storage, job.ctx, fg, pid, attempt=attempt_id, stage_id=stage, seq_start=written
         )
         written += rows.num_rows
@@ -488,11 +511,11 @@ def write_buckets(job: BucketJob, batches: Iterator[pa.RecordBatch]) -> Iterator
         if spec is None:
             continue
         if (partition, bucket) not in layout.existing:
-            rows = writers._without_deletes(rows)  # nothing stored to delete
+            rows = without_deletes(rows)  # nothing stored to delete
         elif spec.log and job.check_log_deletes and not spec.explicit:
-            writers.refuse_null_ordering_deletes(rows, ctx.ordering_field)
+            refuse_null_ordering_deletes(rows, ctx.ordering_field)
         if partition not in partitions:
-            writers.ensure_partition_metadata(storage, partition, ctx.instant_time)
+            ensure_partition_metadata(storage, partition, ctx.instant_time)
             partitions.add(partition)
         fg = FileGroupWrite(
             partition,
@@ -504,7 +527,7 @@ def write_buckets(job: BucketJob, batches: Iterator[pa.RecordBatch]) -> Iterator
             log=spec.log,
             tagged=spec.tagged,
         )
-        write = writers.write_log_group if spec.log else writers.write_file_group
+        write = write_log_group if spec.log else write_file_group
         stat = write(storage, ctx, fg, pid, attempt=attempt_id, stage_id=stage, seq_start=written)
         written += rows.num_rows
         # which tasks hold buckets is the shuffle's choice: each one's first attempt may die
@@ -607,10 +630,6 @@ def _slots(plan: SparkPlan, partition: str, slots: Sequence[tuple[str, BaseFile 
         plan.slots.append((partition, lo, hi, file_id))
 
 
-def _nbcc(table: HudiTable) -> bool:
-    return table.props.get("hoodie.write.concurrency.mode", "").upper() == writers.NBCC_MODE
-
-
 def _check_log_deletes(table: HudiTable, plan: SparkPlan, counts: Mapping[tuple[str, str], Counts]) -> None:
     """The core's rule: soft deletes appended to logs need their ordering value (EVENT_TIME)."""
     ordering = table.ordering_field
@@ -646,12 +665,12 @@ class BucketLayout:
             for s in view.latest_file_slices():
                 b = bucket_of_file_id(s.file_id)
                 if b is not None:
-                    base = s.base_file if mor else writers._latest(view, s.partition, s.file_id)
+                    base = s.base_file if mor else latest_base_file(view, s.partition, s.file_id)
                     existing[(s.partition, b)] = (s.file_id, base)
         return cls(
             existing,
             mor,
-            _nbcc(table),
+            table.meta.nbcc,
             op.is_replace,
             op is WriteOperation.DELETE,
             op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT),
@@ -719,13 +738,13 @@ def plan_simple(
     plan = SparkPlan()
     for (p, file_id), c in sorted(tagged.items()):
         s = next((s for s in view.latest_file_slices(p) if s.file_id == file_id), None)
-        base = (s.base_file if s else None) if mor else writers._latest(view, p, file_id)
+        base = (s.base_file if s else None) if mor else latest_base_file(view, p, file_id)
         plan.add(p, file_id, base, c.rows, explicit=explicit, log=mor, tagged=mor)
     for p, n in sorted(inserts.items()):
         if n <= 0 or explicit:
             continue
         not_small = {s.file_id for s in view.latest_file_slices(p) if s.has_logs} if mor else None
-        slots = writers.insert_slots(table, p, n, view, options, small_files=True, not_small=not_small)
+        slots = insert_slots(table, p, n, view, options, small_files=True, not_small=not_small)
         _slots(plan, p, slots)
         for file_id, base, take in slots:
             if (p, file_id) in plan.groups:  # a small file group that also takes updates
@@ -791,7 +810,7 @@ def _parallelism_option(options: Mapping[str, str], key: str) -> int | None:
 def check_write_options(options: dict[str, str]) -> None:
     """Every option a Spark write parses (the core's write options and the Spark knobs), checked
     before the table is created or an instant begins."""
-    writers.check_write_options(options)
+    prepare.check_write_options(options)
     _storage_level(options)
     for key in _PARALLELISM_KEYS:
         _parallelism_option(options, key)
@@ -856,7 +875,7 @@ def stored_keys(
     if not rows:
         return None
     spec = SliceKeySpec(
-        table.base_path, table.key_generator, table.populate_meta_fields, writers.CommittedInstants.of(view)
+        table.base_path, table.key_generator, table.populate_meta_fields, CommittedInstants.of(view)
     )
     slices = spark.createDataFrame(rows, SLICE_SCHEMA)
     # the partitions list is as long as the table has partitions (not data): broadcast is fine
@@ -982,7 +1001,7 @@ def _prepare(
         schema = current or pa.schema([])
         return _Prepared(op, schema, to_avro_schema(schema, table.name) if len(schema) else "", None)
     df = df.drop(*[c for c in df.columns if c in META_COLUMNS])
-    writers.check_input_columns(df.columns)
+    check_input_columns(df.columns)
     kg = table.key_generator
     if op is WriteOperation.DELETE_PARTITION:
         missing = [c for c in kg.partition_fields if c not in df.columns]
@@ -993,11 +1012,11 @@ def _prepare(
         keyed = _key_stage(df, table, op, schema, ())
         return _Prepared(op, schema, to_avro_schema(schema, table.name) if len(schema) else "", keyed)
     if op is WriteOperation.DELETE:
-        needed = writers.delete_key_fields(table, df.columns)
+        needed = delete_key_fields(table, df.columns)
         key_input = with_input_units(
             spark_types.to_table_arrow_schema(T.StructType([df.schema[c] for c in needed])), input_schema
         )
-        key_schema = writers.delete_key_schema(current, key_input)
+        key_schema = delete_key_schema(current, key_input)
         schema = current if current is not None else normalize_schema(key_schema)
         keyed = _key_stage(df, table, op, key_schema, needed)
         return _Prepared(
@@ -1007,11 +1026,11 @@ def _prepare(
             keyed,
             MergeMode.COMMIT_TIME_ORDERING,
         )
-    schema = writers.write_schema(
+    schema = write_schema(
         table.meta, current, with_input_units(spark_types.to_table_arrow_schema(df.schema), input_schema)
     )
     keyed = _key_stage(df, table, op, schema, ())
-    combine = table.merge_mode if writers.combines(op, options) else None
+    combine = table.merge_mode if combines(op, options) else None
     return _Prepared(op, schema, to_avro_schema(schema, table.name), keyed, combine)
 
 
@@ -1105,7 +1124,7 @@ def write(
     table, op = _open_table(path, settings, commit_protocol, save_mode)
     if table is None:
         return None
-    writers.check_writable(table)
+    check_writable(table)
     if op in (WriteOperation.COMPACT, WriteOperation.CLUSTER):
         raise InvalidInputError(f"{op.value.lower()} is a table service, not a write operation")
     if table.table_type is TableType.MERGE_ON_READ and not table.populate_meta_fields:
@@ -1124,7 +1143,7 @@ def write(
 
 def _bucket_write(
     spark: SparkSession, table: HudiTable, prepared: _Prepared, options: dict[str, str], view: FileSystemView
-) -> writers.PlannedWrite:
+) -> PlannedWrite:
     """Bucket index, all but the replace operations: one job. Records are shuffled by (partition,
     bucket) and every task dedupes, routes and writes the buckets it holds (:func:`write_buckets`);
     the file groups come from the layout the driver read from the view, so no counting job is
@@ -1138,14 +1157,14 @@ def _bucket_write(
     parallelism = _parallelism(spark, options, op, spark.sparkContext.defaultParallelism * 2)
 
     def execute(instant: Instant) -> list[WriteStat]:
-        ctx = writers.write_context(table, instant.time, op, prepared.schema, prepared.avro_schema, options)
+        ctx = write_context(table, instant.time, op, prepared.schema, prepared.avro_schema, options)
         job = BucketJob(ctx, layout, prepared.combine, mor_event_time, options.get(opt.CRASH_AT))
         shuffled = keyed.repartition(parallelism, col(PARTITION), col(BUCKET))
         out = shuffled.mapInArrow(partial(write_buckets, job), STATS_SCHEMA)
         rows: list[Row] = run_job("writing files", out.collect)
         return [_stat_of(r["stat"]) for r in rows]
 
-    return writers.PlannedWrite(CommitMetadata(operation_type=op.value), execute)
+    return PlannedWrite(CommitMetadata(operation_type=op.value), execute)
 
 
 def _run(
@@ -1159,8 +1178,8 @@ def _run(
 ) -> CommitResult:
     op = prepared.op
 
-    def plan_it() -> writers.PlannedWrite:
-        # planned after the instant began (see writers.run_write): the file slices read here are
+    def plan_it() -> PlannedWrite:
+        # planned after the instant began (see run_write): the file slices read here are
         # the ones optimistic concurrency control protects
         view = table.file_system_view()
         level = _storage_level(options)
@@ -1206,7 +1225,7 @@ def _run(
                     plan = plan_simple(table, op, view, options, live, {})
                 else:  # bulk_insert, insert_overwrite(_table): new files, written where the rows are
                     plan.bulk_rows = {p: n for p, n in live.items() if n}
-                    plan.per_file = writers.records_per_file(view, options)
+                    plan.per_file = records_per_file(view, options)
                 records = keyed
         if op.is_replace:
             targets = _replace_targets(op, view, incoming, partitions)
@@ -1221,11 +1240,9 @@ def _run(
         )
 
         def execute(instant: Instant) -> list[WriteStat]:
-            ctx = writers.write_context(
-                table, instant.time, op, prepared.schema, prepared.avro_schema, options
-            )
+            ctx = write_context(table, instant.time, op, prepared.schema, prepared.avro_schema, options)
             for p in plan.partitions():
-                writers.ensure_partition_metadata(table.storage, p, instant.time)
+                ensure_partition_metadata(table.storage, p, instant.time)
             if records is None or spark is None:
                 return []
             if plan.bulk_rows is not None:
@@ -1252,8 +1269,8 @@ def _run(
             rows: list[Row] = run_job("writing files", out.collect)
             return [_stat_of(r["stat"]) for r in rows]
 
-        return writers.PlannedWrite(plan.planned_metadata(op), execute, plan.replaced)
+        return PlannedWrite(plan.planned_metadata(op), execute, plan.replaced)
 
-    return writers.run_write(
+    return run_write(
         table, op, plan_it, options=options, avro_schema=prepared.avro_schema, extra_metadata=extra
     )

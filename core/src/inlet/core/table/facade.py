@@ -39,7 +39,7 @@ from inlet.core.table.handle import TableHandle
 from inlet.core.table.meta import TableMeta
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Instant
-from inlet.core.write.writers import write_table
+from inlet.core.write.run import write_table
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

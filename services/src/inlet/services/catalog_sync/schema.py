@@ -28,15 +28,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from inlet.core.schema import META_COLUMNS
 from inlet.services.catalog_sync.errors import CatalogSyncError
 
-META_FIELDS = (
-    "_hoodie_commit_time",
-    "_hoodie_commit_seqno",
-    "_hoodie_record_key",
-    "_hoodie_partition_path",
-    "_hoodie_file_name",
-)
+META_FIELDS = META_COLUMNS
 
 REQUIRED, OPTIONAL, REPEATED = "REQUIRED", "OPTIONAL", "REPEATED"
 

@@ -1,4 +1,4 @@
-"""What the coordinator does to tables: register, issue instants, complete them, roll them back, lease locks.
+"""What the coordinator does to tables: register, issue instants, complete them, roll them back (leases: :mod:`.leases`).
 
 Every operation that issues a time or changes an instant runs in one database transaction that
 holds the table's row lock (:meth:`Store.transaction` + ``SELECT ... FOR UPDATE``), and writes
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import posixpath
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from inlet.core import HudiTable, avro
 from inlet.core.actions import rollback
 from inlet.core.commit import heartbeat
 from inlet.core.commit.protocol import CommitProtocol, check_still_pending, find_conflicts, next_instant_time
-from inlet.core.config import IndexType, TableConfig, TableType, WriteOperation
+from inlet.core.config import NBCC_MODE, IndexType, TableConfig, TableType, WriteOperation
 from inlet.core.errors import CommitConflictError, InletError, TableNotFoundError
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
@@ -41,11 +40,11 @@ from inlet.services.coordinator.errors import (
     ConflictInfo,
     FailedPrecondition,
     InvalidArgument,
-    LockHeld,
     NotFound,
 )
 from inlet.services.coordinator.events import commit_event, event_id
-from inlet.services.coordinator.store import COMPLETED, ROLLED_BACK, InstantRow, LeaseRow, Store, TableRow, Tx
+from inlet.services.coordinator.leases import Leases, registered
+from inlet.services.coordinator.store import COMPLETED, ROLLED_BACK, InstantRow, Store, TableRow, Tx
 
 log = logging.getLogger("inlet.coordinator")
 
@@ -53,8 +52,6 @@ SINGLE_WRITER = "SINGLE_WRITER"
 OPTIMISTIC = "OPTIMISTIC"
 NON_BLOCKING = "NON_BLOCKING"
 MODES = (SINGLE_WRITER, OPTIMISTIC, NON_BLOCKING)
-NBCC_PROPERTY = "hoodie.write.concurrency.mode"
-NBCC_VALUE = "NON_BLOCKING_CONCURRENCY_CONTROL"
 BUCKET_ENGINE_PROPERTY = "hoodie.index.bucket.engine"
 # under NBCC these operations are still conflict-checked (they replace or create file groups)
 NBCC_CHECKED_OPERATIONS = frozenset(
@@ -68,17 +65,7 @@ NBCC_CHECKED_OPERATIONS = frozenset(
 )
 # the pending instants the janitor rolls back once their heartbeat expired
 ROLLED_BACK_ACTIONS = frozenset(Action.WRITE_ACTIONS)
-MAX_LOCK_WAIT_MS = 60_000
-MAX_LEASE_MS = 3_600_000
 HEARTBEAT_MISSES = 3  # heartbeats a writer may miss before its instant expires
-
-
-def _held_message(table_id: str, held: LeaseRow) -> str:
-    which = f"lock {held.lock_name!r}" if held.lock_name else "lock"
-    return (
-        f"the {which} of table {table_id} is held by {held.owner} (fencing token {held.fencing_token}, "
-        f"lease ends in {held.remaining_ms} ms)"
-    )
 
 
 @dataclass(frozen=True)
@@ -139,15 +126,7 @@ class Coordinator:
         self.lock_lease_ms = lock_lease_ms
         self.id = coordinator_id or f"coordinator-{uuid.uuid4().hex[:12]}"
         self._started = time.monotonic()
-        # AcquireLock calls that may wait here at once (each holds its server thread while it
-        # waits); None: any number. The others are answered at once and wait on the client's side.
-        self._lock_wait_slots = (
-            threading.BoundedSemaphore(lock_wait_slots) if lock_wait_slots is not None else None
-        )
-        self.lock_wait_slots = lock_wait_slots
-        # notified when a lease of this coordinator is released, so waiters here retry at once
-        self._lock_released = threading.Condition()
-        self._releases = 0  # leases released here (a waiter that saw a change skips its wait)
+        self.leases = Leases(store, lock_lease_ms, lock_wait_slots)
 
     def _just_started(self, timeout_ms: int) -> bool:
         """While this coordinator has run for less than a heartbeat timeout, silence proves nothing:
@@ -167,14 +146,7 @@ class Coordinator:
     def table(self, table_id: str) -> TableRow:
         validation.table_id(table_id)
         with self.store.transaction() as tx:
-            return self._table(tx, table_id)
-
-    @staticmethod
-    def _table(tx: Tx, table_id: str, lock: bool = False) -> TableRow:
-        row = tx.table(table_id, lock=lock)
-        if row is None:
-            raise NotFound(f"table {table_id!r} is not registered with the coordinator")
-        return row
+            return registered(tx, table_id)
 
     def hudi_table(self, table: TableRow, writer_id: str) -> HudiTable:
         """The table as core sees it, committing straight through this coordinator."""
@@ -240,7 +212,7 @@ class Coordinator:
                     log.info(
                         "registered table %s at %s (%s, %s)", table_id, path, row.table_type, resolved_mode
                     )
-                    return self._table(tx, table_id)
+                    return registered(tx, table_id)
         raise AlreadyExists(f"table {table_id!r} was registered concurrently with other settings")
 
     @staticmethod
@@ -252,9 +224,9 @@ class Coordinator:
             problems.append("it does not use the bucket index (hoodie.index.type=BUCKET)")
         elif props.get(BUCKET_ENGINE_PROPERTY, "SIMPLE").upper() != "SIMPLE":
             problems.append(f"its bucket index is not the simple one ({BUCKET_ENGINE_PROPERTY})")
-        if props.get(NBCC_PROPERTY, "").upper() != NBCC_VALUE:
+        if (TableConfig.CONCURRENCY_MODE.get(props) or "").upper() != NBCC_MODE:
             problems.append(
-                f"{NBCC_PROPERTY}={NBCC_VALUE} is not set in its hoodie.properties (writers need it to "
+                f"{TableConfig.CONCURRENCY_MODE.key}={NBCC_MODE} is not set in its hoodie.properties (writers need it to "
                 "agree on bucket file ids)"
             )
         if problems:
@@ -305,7 +277,7 @@ class Coordinator:
         validation.bounded(request_id, "request_id")
         target = self._rollback_target(requested_content) if action == Action.ROLLBACK else None
         with self.store.transaction() as tx:
-            table = self._table(tx, table_id, lock=True)
+            table = registered(tx, table_id, lock=True)
             if request_id:
                 done = tx.instant_by_begin_request(table_id, request_id)
                 if done is not None:
@@ -477,7 +449,7 @@ class Coordinator:
             validation.relative_path(p, "planned partition path")
             validation.bounded(f, "planned file id")
         with self.store.transaction() as tx:
-            table = self._table(tx, table_id, lock=True)
+            table = registered(tx, table_id, lock=True)
             tl = self.timeline(table)
             row, current = self._tracked(tx, table, tl, t)
             if row.state == COMPLETED or (current is not None and current.is_completed):
@@ -510,7 +482,7 @@ class Coordinator:
         validation.table_id(table_id)
         validation.instant_time(t)
         with self.store.transaction() as tx:
-            table = self._table(tx, table_id)
+            table = registered(tx, table_id)
             if not tx.heartbeat(table_id, t):
                 row = tx.instant(table_id, t)
                 if row is None:
@@ -545,7 +517,7 @@ class Coordinator:
                 raise InvalidArgument(f"a {action} completes with Avro content, not commit metadata")
             self._check_metadata_paths(metadata)
         with self.store.transaction() as tx:
-            table = self._table(tx, table_id, lock=True)
+            table = registered(tx, table_id, lock=True)
             tl = self.timeline(table)
             row, current = self._tracked(tx, table, tl, t)
             self._check_action(row, action)
@@ -715,7 +687,7 @@ class Coordinator:
         """
         validation.table_id(table_id)
         with self.store.transaction() as tx:
-            table = self._table(tx, table_id, lock=True)
+            table = registered(tx, table_id, lock=True)
             tl = self.timeline(table)
             self._reconcile(tx, table, tl)
             row = tx.instant(table_id, t, lock=True)
@@ -761,127 +733,6 @@ class Coordinator:
     def prune(self, retention_ms: int) -> int:
         with self.store.transaction() as tx:
             return tx.prune_instants(retention_ms)
-
-    # ------------------------------------------------------------------ leases
-
-    def acquire_lock(
-        self, table_id: str, owner: str, lease_ms: int, wait_ms: int, lock_name: str = ""
-    ) -> LeaseRow:
-        """Grant the table lock (a new fencing token) if it is free or its lease expired; wait up to
-        ``wait_ms`` for it. A retried acquisition by the current holder gets its lease back, renewed.
-
-        Waiting holds the calling server thread, so only :attr:`lock_wait_slots` calls wait here at
-        once: a held lock with no free slot raises :class:`LockHeld` at once (the client retries
-        with the rest of its wait, see :meth:`CoordinatorClient.acquire_lock`), and the other
-        threads stay free for every other call, the holder's ReleaseLock first of all. A waiter is
-        woken as soon as a lease of this coordinator is released (other replicas' releases and
-        expiries are seen by polling every 50 ms)."""
-        validation.table_id(table_id)
-        validation.bounded(owner, "owner", required=True)
-        validation.non_negative(lease_ms, "lease_ms", MAX_LEASE_MS)
-        validation.non_negative(wait_ms, "wait_ms", MAX_LOCK_WAIT_MS)
-        validation.lock_name(lock_name)
-        lease_ms = lease_ms or self.lock_lease_ms
-        deadline = time.monotonic() + wait_ms / 1000
-        slots = self._lock_wait_slots
-        waiting = False  # whether this call holds a wait slot
-        try:
-            while True:
-                with self._lock_released:
-                    seen = self._releases
-                granted, held = self._try_lock(table_id, owner, lease_ms, lock_name)
-                if granted is not None:
-                    return granted
-                assert held is not None
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise LockHeld(_held_message(table_id, held))
-                if not waiting:
-                    if slots is not None and not slots.acquire(blocking=False):
-                        raise LockHeld(
-                            f"{_held_message(table_id, held)}; not waiting on the server (its "
-                            f"{self.lock_wait_slots} lock-wait slot(s) are taken): retry"
-                        )
-                    waiting = True
-                with self._lock_released:
-                    if self._releases == seen:
-                        self._lock_released.wait(min(0.05, remaining))
-        finally:
-            if waiting and slots is not None:
-                slots.release()
-
-    def _try_lock(
-        self, table_id: str, owner: str, lease_ms: int, lock_name: str
-    ) -> tuple[LeaseRow | None, LeaseRow | None]:
-        """One attempt: (the granted or renewed lease, None), or (None, the other owner's lease)."""
-        with self.store.transaction() as tx:
-            self._table(tx, table_id, lock=True)
-            held = tx.lease(table_id, lock_name)
-            if held is None or held.expired:
-                tx.grant_lease(table_id, uuid.uuid4().hex, owner, lease_ms, lock_name)
-                granted = tx.lease(table_id, lock_name)
-                assert granted is not None
-                log.info(
-                    "lock %r of %s granted to %s (token %d)",
-                    lock_name,
-                    table_id,
-                    owner,
-                    granted.fencing_token,
-                )
-                return granted, None
-            if held.owner == owner:
-                tx.extend_lease(table_id, held.lock_id, lease_ms)
-                renewed = tx.lease(table_id, lock_name)
-                assert renewed is not None
-                return renewed, None
-            return None, held
-
-    def _notify_released(self) -> None:
-        with self._lock_released:
-            self._releases += 1
-            self._lock_released.notify_all()
-
-    def renew_lock(self, table_id: str, lock_id: str, lease_ms: int) -> LeaseRow:
-        validation.table_id(table_id)
-        validation.bounded(lock_id, "lock_id", required=True)
-        validation.non_negative(lease_ms, "lease_ms", MAX_LEASE_MS)
-        with self.store.transaction() as tx:
-            self._table(tx, table_id, lock=True)
-            held = self._held(tx, table_id, lock_id)
-            if held.expired:
-                tx.delete_lease(table_id, lock_id)
-                raise FailedPrecondition(
-                    f"the lease of lock {lock_id} on {table_id} expired {-held.remaining_ms} ms ago; acquire it again"
-                )
-            tx.extend_lease(table_id, lock_id, lease_ms or self.lock_lease_ms)
-            renewed = tx.lease_by_id(table_id, lock_id)
-            assert renewed is not None
-            return renewed
-
-    def release_lock(self, table_id: str, lock_id: str) -> None:
-        validation.table_id(table_id)
-        validation.bounded(lock_id, "lock_id", required=True)
-        with self.store.transaction() as tx:
-            self._table(tx, table_id, lock=True)
-            self._held(tx, table_id, lock_id)
-            tx.delete_lease(table_id, lock_id)
-        self._notify_released()
-
-    @staticmethod
-    def _held(tx: Tx, table_id: str, lock_id: str) -> LeaseRow:
-        held = tx.lease_by_id(table_id, lock_id)
-        if held is None or held.lock_id != lock_id:
-            raise FailedPrecondition(
-                f"lock {lock_id} of table {table_id} is not held (released, or expired and granted to another owner)"
-            )
-        return held
-
-    def release_expired_leases(self) -> list[tuple[str, str]]:
-        with self.store.transaction() as tx:
-            released = tx.delete_expired_leases()
-        if released:
-            self._notify_released()
-        return released
 
 
 class DirectCommitProtocol(CommitProtocol):

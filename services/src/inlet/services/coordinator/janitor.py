@@ -57,7 +57,7 @@ class Janitor:
             if rb is not None:
                 done.append(rb)
         try:
-            for table_id, owner in self.coordinator.release_expired_leases():
+            for table_id, owner in self.coordinator.leases.release_expired():
                 log.info("janitor: released the expired lock of %s held by %s", table_id, owner)
         except Exception:
             log.exception("janitor: cannot release expired leases")

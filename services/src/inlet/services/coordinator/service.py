@@ -227,7 +227,7 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     def AcquireLock(
         self, request: coordinator_pb2.AcquireLockRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.AcquireLockResponse:
-        lease = self.coordinator.acquire_lock(
+        lease = self.coordinator.leases.acquire(
             request.table_id, request.owner, request.lease_ms, request.wait_ms, request.lock_name
         )
         return coordinator_pb2.AcquireLockResponse(lease=lease_to_proto(lease))
@@ -236,12 +236,12 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     def RenewLock(
         self, request: coordinator_pb2.RenewLockRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.RenewLockResponse:
-        lease = self.coordinator.renew_lock(request.table_id, request.lock_id, request.lease_ms)
+        lease = self.coordinator.leases.renew(request.table_id, request.lock_id, request.lease_ms)
         return coordinator_pb2.RenewLockResponse(lease=lease_to_proto(lease))
 
     @_rpc
     def ReleaseLock(
         self, request: coordinator_pb2.ReleaseLockRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.ReleaseLockResponse:
-        self.coordinator.release_lock(request.table_id, request.lock_id)
+        self.coordinator.leases.release(request.table_id, request.lock_id)
         return coordinator_pb2.ReleaseLockResponse()

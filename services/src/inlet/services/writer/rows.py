@@ -44,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from inlet.core.schema import IS_DELETED_COLUMN
 from inlet.proto.changes.v1 import changes_pb2 as pb
 
 log = logging.getLogger("inlet.writer.rows")
@@ -56,7 +57,7 @@ ORIGIN_TS_COL = "_event_origin_ts_ms"
 TX_ID_COL = "_event_tx_id"
 LSN_COL = "_event_lsn"
 XMIN_COL = "_event_xmin"
-DELETED_COL = "_hoodie_is_deleted"
+DELETED_COL = IS_DELETED_COLUMN
 SYNTHETIC_KEY_COL = "_inlet_record_key"  # tables without a primary key: the event's record key
 
 META_FIELDS: tuple[pa.Field, ...] = (

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from inlet.core import HudiTable
+from inlet.core.config import NBCC_MODE, TableConfig
 from inlet.core.errors import TableExistsError
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
@@ -39,8 +40,6 @@ TABLE_TYPES = {
     "COW": "COPY_ON_WRITE",
 }
 INDEXES = ("bucket", "simple")
-NBCC_PROPERTY = "hoodie.write.concurrency.mode"
-NBCC_VALUE = "NON_BLOCKING_CONCURRENCY_CONTROL"
 PARTIAL_UPDATE_PROPERTIES = {
     # Apache Hudi's FILL_UNAVAILABLE partial update with Debezium's TOAST placeholder
     "hoodie.table.partial.update.mode": "FILL_UNAVAILABLE",
@@ -147,7 +146,7 @@ def open_or_create(
         return
     extra = dict(PARTIAL_UPDATE_PROPERTIES)
     if settings.nbcc:
-        extra[NBCC_PROPERTY] = NBCC_VALUE
+        extra[TableConfig.CONCURRENCY_MODE.key] = NBCC_MODE
     with contextlib.suppress(TableExistsError):
         HudiTable.create(
             path,

@@ -1,0 +1,291 @@
+"""Step 3 of a write, execute: one :func:`write_file_group` per file group (marker, then the new base file: stored records merged with incoming ones, inserts appended) or :func:`write_log_group` (one new log file, blocks encoded by :mod:`inlet.core.log.writer`); each returns a write stat. Plain-value contexts, so a Spark executor runs the same code."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from inlet.core.commit import markers
+from inlet.core.config import (
+    MergeMode,
+)
+from inlet.core.file_group.view import (
+    PARTITION_METADATA_FILE,
+    base_file_name,
+    log_file_name,
+    write_token,
+)
+from inlet.core.index.simple import LOG_KEYS, one_array
+from inlet.core.keys import KeyGenerator
+from inlet.core.log import writer as logs
+from inlet.core.merge import dedupe as merging
+from inlet.core.schema import (
+    META_COLUMNS,
+    cast_to,
+    meta_schema,
+)
+from inlet.core.storage import Storage
+from inlet.core.timeline.commit_metadata import WriteStat
+from inlet.core.write.plan import FileGroupWrite, without_deletes
+from inlet.core.write.prepare import DELETED, KEY, PARTITION
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """What a file-group writer needs; plain values so an executor process can receive it."""
+
+    base_uri: str
+    table_name: str
+    instant_time: str
+    schema: pa.Schema
+    avro_schema: str
+    merge_mode: MergeMode
+    ordering_field: str | None
+    key_generator: KeyGenerator
+    populate_meta_fields: bool = True
+    compression: str = "snappy"
+    data_block_format: logs.DataBlockFormat = logs.DataBlockFormat.AVRO
+    table_merge_mode: MergeMode | None = None  # the table's mode (merge_mode is per operation)
+    # keep the keys of written log files for the next simple-index lookup (see LogKeyCache)
+    cache_log_keys: bool = True
+
+
+def _meta(n: int, value: str) -> pa.Array:
+    return pa.repeat(pa.scalar(value, pa.string()), n)
+
+
+def _seqnos(instant_time: str, task_id: int, n: int, start: int = 0) -> pa.Array:
+    """``_hoodie_commit_seqno`` of ``n`` new records: ``<instant>_<task>_<start + i>``."""
+    numbers = pa.array(np.arange(start, start + n, dtype=np.int64)).cast(pa.string())
+    return pc.binary_join_element_wise(f"{instant_time}_{task_id}_", numbers, "")
+
+
+def _meta_columns(ctx: WriteContext, fresh: pa.Table, seq: pa.Array, name: str) -> list[pa.Array]:
+    """The five meta columns of newly written records (only the file name without meta fields)."""
+    n = fresh.num_rows
+    if not ctx.populate_meta_fields:
+        return [pa.nulls(n, pa.string())] * 4 + [_meta(n, name)]
+    return [_meta(n, ctx.instant_time), seq, fresh.column(KEY), fresh.column(PARTITION), _meta(n, name)]
+
+
+def write_file_group(
+    storage: Storage,
+    ctx: WriteContext,
+    fg: FileGroupWrite,
+    task_id: int,
+    attempt: int = 0,
+    stage_id: int = 0,
+    seq_start: int = 0,
+) -> WriteStat:
+    """Write the new base file of one file group; returns its write stat.
+
+    Upserts and deletes merge each stored record with the incoming record of its key (the
+    merge mode decides; a key stored twice is merged twice, as Apache Hudi's merge handle does).
+    Inserts (``fg.concat``) keep every stored record and append the incoming ones.
+
+    The file is named with the write token ``<task_id>-<stage_id>-<attempt>`` (distinct attempts
+    of one task write distinct files); new records get sequence numbers
+    ``<instant>_<task_id>_<seq_start + i>``.
+    """
+    started = time.monotonic()
+    token = write_token(task_id, stage_id, attempt)
+    name = base_file_name(fg.file_id, token, ctx.instant_time)
+    rel = posixpath.join(fg.partition, name) if fg.partition else name
+    full_schema = pa.schema(list(meta_schema()) + list(ctx.schema))
+    incoming = fg.records
+    deleted_flags = np.asarray(incoming.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
+
+    kept = None
+    num_updates = num_deletes = 0
+    write_new = ~deleted_flags  # incoming records written as new records
+    updates = np.zeros(0, dtype=np.int64)  # incoming positions written over stored records
+    if fg.base_file is not None:
+        existing = storage.read_parquet(fg.base_file.path)
+        existing = cast_to(existing, full_schema)
+        if not ctx.populate_meta_fields:
+            existing = existing.set_column(2, full_schema.field(2), ctx.key_generator.record_keys(existing))
+        replaced_rows = np.zeros(existing.num_rows, dtype=bool)
+        if not fg.concat:
+            # merge every stored record with the incoming record of its key (incoming keys are
+            # unique here: upserts and deletes are deduplicated; were one given twice, its last
+            # record would count); a key stored twice is merged twice
+            ex_match = _last_position(existing.column(KEY), incoming.column(KEY))
+            ex_idx = np.nonzero(ex_match >= 0)[0]
+            win = np.ones(len(ex_idx), dtype=bool)
+            if len(ex_idx) and not fg.explicit_deletes and ctx.ordering_field:
+                stored = existing.column(ctx.ordering_field).take(pa.array(ex_idx))
+                inc = incoming.column(ctx.ordering_field).take(pa.array(ex_match[ex_idx]))
+                win = merging.incoming_wins(ctx.merge_mode, stored, inc)
+            replaced_rows[ex_idx[win]] = True
+            winners = ex_match[ex_idx[win]]
+            updates = winners[~deleted_flags[winners]]
+            num_updates = len(updates)
+            num_deletes = int(deleted_flags[winners].sum())
+            write_new[ex_match[ex_idx]] = False  # matched a stored record: never a new record
+        kept = existing.filter(pa.array(~replaced_rows))
+        if not ctx.populate_meta_fields:  # keys were only recomputed to merge; stored as null
+            kept = kept.set_column(2, full_schema.field(2), pa.nulls(kept.num_rows, pa.string()))
+    num_inserts = int(write_new.sum())
+    fresh = pa.concat_tables([incoming.take(pa.array(updates)), incoming.filter(pa.array(write_new))])
+
+    n = fresh.num_rows
+    seq = _seqnos(ctx.instant_time, task_id, n, seq_start)
+    if n:
+        fresh_meta = pa.Table.from_arrays(
+            _meta_columns(ctx, fresh, seq, name) + [fresh.column(f.name) for f in ctx.schema],
+            schema=full_schema,
+        )
+    else:
+        fresh_meta = full_schema.empty_table()
+    parts = [fresh_meta]
+    if kept is not None and kept.num_rows:
+        kept = kept.set_column(4, full_schema.field(4), _meta(kept.num_rows, name))
+        parts.insert(0, kept)
+    out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+    markers.create_marker(
+        storage, ctx.instant_time, fg.partition, name, "MERGE" if fg.base_file else "CREATE"
+    )
+    keys = out.column(KEY)
+    avro_with_meta = _avro_with_meta(ctx.avro_schema)
+    md: dict[bytes | str, bytes | str] = {"parquet.avro.schema": avro_with_meta, "writer.model.name": "avro"}
+    if out.num_rows and ctx.populate_meta_fields:
+        md["hoodie_min_record_key"] = pc.min(keys).as_py()
+        md["hoodie_max_record_key"] = pc.max(keys).as_py()
+    out = out.replace_schema_metadata(md)
+    pq.write_table(out, storage.full(rel), filesystem=storage.fs, compression=ctx.compression)
+    size = storage.fs.get_file_info(storage.full(rel)).size or 0
+    elapsed = int((time.monotonic() - started) * 1000)
+    return WriteStat(
+        file_id=fg.file_id,
+        path=rel,
+        partition_path=fg.partition,
+        prev_commit=fg.base_file.instant_time if fg.base_file else "null",
+        num_writes=out.num_rows,
+        num_deletes=num_deletes,
+        num_update_writes=num_updates,
+        num_inserts=num_inserts,
+        total_write_bytes=size,
+        file_size_in_bytes=size,
+        prev_base_file=fg.base_file.name if fg.base_file else None,
+        runtime_stats={
+            "totalScanTime": 0,
+            "totalCreateTime": 0 if fg.base_file else elapsed,
+            "totalUpsertTime": elapsed if fg.base_file else 0,
+        },
+    )
+
+
+def _last_position(stored: pa.ChunkedArray, incoming: pa.ChunkedArray) -> np.ndarray:
+    """For each stored key, the position of its last occurrence among the incoming keys (-1: none)."""
+    n = len(incoming)
+    if n == 0:
+        return np.full(len(stored), -1, dtype=np.int64)
+    backwards = one_array(incoming).take(pa.array(np.arange(n - 1, -1, -1, dtype=np.int64)))
+    found = pc.index_in(stored, value_set=backwards)  # first match from the end = last occurrence
+    return np.asarray(pc.subtract(n - 1, found).fill_null(-1).to_numpy(), dtype=np.int64)
+
+
+def write_log_group(
+    storage: Storage,
+    ctx: WriteContext,
+    fg: FileGroupWrite,
+    task_id: int,
+    attempt: int = 0,
+    stage_id: int = 0,
+    seq_start: int = 0,
+) -> WriteStat:
+    """Append one file group's share of a Merge-on-Read write as a new log file; returns its write stat.
+
+    The file (``.<fileId>_<instant>.log.1_<token>``) holds a data block with the upserted records
+    (meta columns: this instant, a new sequence number, the key, the partition and the file id) and a
+    delete block with the deleted keys, in that order, as Apache Hudi's append handle writes them.
+    Deletes of the ``delete`` operation carry Hudi's default ordering value (they win regardless of
+    ordering); ``_hoodie_is_deleted`` records under EVENT_TIME_ORDERING carry their ordering value.
+    """
+    started = time.monotonic()
+    token = write_token(task_id, stage_id, attempt)
+    name = log_file_name(fg.file_id, ctx.instant_time, 1, token)
+    rel = posixpath.join(fg.partition, name) if fg.partition else name
+    schema_json = _avro_with_meta(ctx.avro_schema)
+    incoming = fg.records
+    upserts = without_deletes(incoming)
+    removals = incoming.filter(incoming.column(DELETED)) if upserts is not incoming else incoming.slice(0, 0)
+
+    blocks: list[bytes] = []
+    block_keys: list[pa.ChunkedArray] = []
+    n = upserts.num_rows
+    if n:
+        full_schema = pa.schema(list(meta_schema()) + list(ctx.schema))
+        seq = _seqnos(ctx.instant_time, task_id, n, seq_start)
+        meta = [_meta(n, ctx.instant_time), seq, upserts.column(KEY), upserts.column(PARTITION)]
+        records = pa.Table.from_arrays(
+            [*meta, _meta(n, fg.file_id)] + [upserts.column(f.name) for f in ctx.schema], schema=full_schema
+        )
+        blocks.append(
+            logs.data_block(records, ctx.instant_time, schema_json, ctx.data_block_format, ctx.compression)
+        )
+        block_keys.append(upserts.column(KEY))
+    if removals.num_rows:
+        ordering = ctx.ordering_field
+        typed = (
+            not fg.explicit_deletes
+            and ctx.table_merge_mode is MergeMode.EVENT_TIME_ORDERING
+            and ordering is not None
+            and ordering in removals.column_names
+        )
+        values = removals.column(ordering) if typed and ordering else None
+        blocks.append(
+            logs.delete_block_columns(
+                removals.column(KEY), removals.column(PARTITION), values, ctx.instant_time, schema_json
+            )
+        )
+        block_keys.append(removals.column(KEY))
+
+    markers.create_marker(storage, ctx.instant_time, fg.partition, name, "APPEND")
+    size = logs.write_log_file(storage, rel, blocks)
+    if ctx.cache_log_keys:
+        LOG_KEYS.put(storage, rel, b"".join(blocks), block_keys)
+    elapsed = int((time.monotonic() - started) * 1000)
+    return WriteStat(
+        file_id=fg.file_id,
+        path=rel,
+        partition_path=fg.partition,
+        # table version 8: the append handle no longer looks up the file slice (log files are named
+        # by the deltacommit), so prevCommit is the deltacommit itself and baseFile is empty
+        prev_commit=ctx.instant_time,
+        num_writes=n,
+        num_deletes=removals.num_rows,
+        num_update_writes=n if fg.tagged else 0,
+        num_inserts=0 if fg.tagged else n,
+        total_write_bytes=size,
+        file_size_in_bytes=size,
+        base_file="",
+        log_files=[name],
+        log_version=1,
+        log_offset=0,
+        runtime_stats={"totalScanTime": 0, "totalCreateTime": 0, "totalUpsertTime": elapsed},
+    )
+
+
+def _avro_with_meta(avro_schema: str) -> str:
+    rec = json.loads(avro_schema)
+    meta = [{"name": c, "type": ["null", "string"], "doc": "", "default": None} for c in META_COLUMNS]
+    rec["fields"] = meta + rec["fields"]
+    return json.dumps(rec, separators=(",", ":"))
+
+
+def ensure_partition_metadata(storage: Storage, partition: str, instant_time: str) -> None:
+    rel = posixpath.join(partition, PARTITION_METADATA_FILE) if partition else PARTITION_METADATA_FILE
+    if storage.exists(rel):
+        return
+    depth = len(partition.split("/")) if partition else 0
+    body = f"#partition metadata\ncommitTime={instant_time}\npartitionDepth={depth}\n"
+    storage.write_atomic(rel, body.encode())
