@@ -258,9 +258,7 @@ class LSMTimeline:
         try:
             if self.storage.exists(path):
                 return int(self.storage.read_bytes(path).decode("utf-8").strip())
-        except (ValueError, UnicodeDecodeError, OSError) as e:
-            log.warning("cannot read %s (%s); listing the manifests instead", path, e)
-        except Exception as e:  # storage errors of any kind: fall back like Hudi
+        except Exception as e:  # unreadable or malformed: fall back to the listing, like Hudi
             log.warning("cannot read %s (%s); listing the manifests instead", path, e)
         versions = self.all_versions()
         return max(versions) if versions else -1
