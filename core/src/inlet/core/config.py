@@ -362,3 +362,17 @@ class CompactionConfig:
     # false: a table's metadata table (which Inlet cannot keep up to date) is deleted before a
     # compaction runs, as Apache Hudi deletes it when a writer disables it
     METADATA_ENABLE = ConfigKey("hoodie.metadata.enable", parse_bool)
+
+
+class ArchivalConfig:
+    """Archive options (Hudi's ``HoodieArchivalConfig`` names and defaults); not persisted."""
+
+    # archiving starts once more than MAX completed commits are active and leaves MIN of them
+    MIN_COMMITS_TO_KEEP = ConfigKey("hoodie.keep.min.commits", parse_positive_int, 20)
+    MAX_COMMITS_TO_KEEP = ConfigKey("hoodie.keep.max.commits", parse_positive_int, 30)
+    # a layer of the LSM archived timeline with this many files is merged into the next layer
+    TIMELINE_COMPACTION_BATCH_SIZE = ConfigKey(
+        "hoodie.timeline.compaction.batch.size", parse_positive_int, 10
+    )
+    # true: archive past savepoints, skipping only the savepointed commits (Inlet refuses it)
+    ARCHIVE_BEYOND_SAVEPOINT = ConfigKey("hoodie.archive.beyond.savepoint", parse_bool, False)

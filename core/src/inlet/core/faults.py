@@ -18,6 +18,14 @@ ROLLBACK_AFTER_DELETE = "rollback_after_delete"
 # in a clean: after its plan and inflight file, and after deleting the files
 CLEAN_AFTER_PLAN = "clean_after_plan"
 CLEAN_AFTER_DELETE = "clean_after_delete"
+# in an archive: after the layer-0 file (no manifest yet), after manifest_N (no _version_ yet),
+# after the LSM timeline holds the batch (no active file deleted), after the pending files and
+# half the completed files of the batch are deleted, and after a compacted file (no manifest)
+ARCHIVE_AFTER_DATA_FILE = "archive_after_data_file"
+ARCHIVE_AFTER_MANIFEST = "archive_after_manifest"
+ARCHIVE_AFTER_WRITE = "archive_after_write"
+ARCHIVE_MID_DELETE = "archive_mid_delete"
+ARCHIVE_AFTER_COMPACTED_FILE = "archive_after_compacted_file"
 CRASH_EXIT_CODE = 77
 
 
