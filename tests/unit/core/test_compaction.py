@@ -16,7 +16,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from inlet.core import HudiTable
-from inlet.core.actions import compaction as comp
+from inlet.core.actions import compaction_run
+from inlet.core.actions.compaction_plan import (
+    AFTER_SCHEDULED,
+    CompactionOperation,
+    compaction_trigger,
+    pending_compactions,
+    read_plan,
+    select_operations,
+)
+from inlet.core.actions.compaction_run import (
+    AFTER_DATA_FILES,
+    AFTER_FIRST_FILE,
+    AFTER_INFLIGHT,
+    BEFORE_COMPLETE,
+    _roll_back_attempt,
+    compact_operation,
+)
 from inlet.core.commit import heartbeat, markers
 from inlet.core.commit.protocol import LocalCommitProtocol, find_conflicts
 from inlet.core.config import CompactionConfig, CompactionStrategy, CompactionTrigger
@@ -153,7 +169,7 @@ def test_plan_is_hudis_avro_and_names_the_latest_logs(tmp_path: Path) -> None:
     sizes = [op["metrics"]["TOTAL_LOG_FILES_SIZE"] for op in plan["operations"]]
     assert sizes == sorted(sizes, reverse=True)
     assert [i.to_dict()["operations"] for i in t.compactions()] == [
-        [comp.CompactionOperation.from_avro(op).to_dict() for op in plan["operations"]]
+        [CompactionOperation.from_avro(op).to_dict() for op in plan["operations"]]
     ]
 
 
@@ -168,7 +184,7 @@ def test_trigger_strategies(tmp_path: Path) -> None:
     now = format_instant_time(parse_instant_time(first) + dt.timedelta(hours=2))
 
     def due(**opts: str) -> bool:
-        return comp.compaction_trigger(tl, opts, now).due
+        return compaction_trigger(tl, opts, now).due
 
     assert due() and not due(**{"hoodie.compact.inline.max.delta.commits": "6"})
     time_opts = {"hoodie.compact.inline.trigger.strategy": "TIME_ELAPSED"}
@@ -192,13 +208,13 @@ def test_trigger_strategies(tmp_path: Path) -> None:
     t.run_compaction(instant)
     # after a compaction delta commits count from it
     t.write(batch([(1, "sf", 10, "v10")]), "upsert")
-    trig = comp.compaction_trigger(t.timeline, {})
+    trig = compaction_trigger(t.timeline, {})
     assert (trig.due, trig.delta_commits) == (False, 1)
     assert t.schedule_compaction(DUE) is not None
 
 
-def op(fid: str, size: int, logs: int, io: int) -> comp.CompactionOperation:
-    return comp.CompactionOperation(
+def op(fid: str, size: int, logs: int, io: int) -> CompactionOperation:
+    return CompactionOperation(
         "p",
         fid,
         "1",
@@ -212,7 +228,7 @@ def test_strategies_and_the_io_cap() -> None:
     ops = [op("a", 10, 1, 100), op("b", 30, 2, 100), op("c", 20, 5, 100), op("d", 5, 3, 100)]
 
     def pick(**opts: str) -> list[str]:
-        return [o.file_id for o in comp.select_operations(ops, opts)]
+        return [o.file_id for o in select_operations(ops, opts)]
 
     assert pick() == ["b", "c", "a", "d"]  # largest total log size first
     assert pick(**{"hoodie.compaction.strategy": "log_count"}) == ["c", "d", "b", "a"]
@@ -245,7 +261,7 @@ def test_run_merges_as_reads_do_and_records_hudis_metadata(tmp_path: Path, block
     slices = latest_slices(t)
     instant = t.schedule_compaction(DUE)
     assert instant is not None
-    plan = comp.read_plan(t.timeline, instant)
+    plan = read_plan(t.timeline, instant)
     result = t.run_compaction()
     assert result is not None and result.instant_time == instant
     assert (result.action, result.operation) == ("commit", "COMPACT")
@@ -323,11 +339,11 @@ def test_file_groups_under_a_pending_compaction_are_not_planned_again(tmp_path: 
     t.write(batch([(20, "ny", 2, "n")]), "upsert", NO_SMALL_FILES)  # ... with a log file
     second = t.schedule_compaction(DUE)
     assert second is not None
-    [o] = comp.read_plan(t.timeline, second).operations
+    [o] = read_plan(t.timeline, second).operations
     assert o.partition == "ny"
-    assert not comp.read_plan(t.timeline, first).file_groups() & {(o.partition, o.file_id)}
-    assert comp.pending_compactions(t) == [first, second]
-    assert t.run_compaction() is not None and comp.pending_compactions(t) == [second]  # the earliest first
+    assert not read_plan(t.timeline, first).file_groups() & {(o.partition, o.file_id)}
+    assert pending_compactions(t) == [first, second]
+    assert t.run_compaction() is not None and pending_compactions(t) == [second]  # the earliest first
 
 
 def test_writes_while_a_compaction_is_pending_land_in_the_new_slice(tmp_path: Path) -> None:
@@ -335,7 +351,7 @@ def test_writes_while_a_compaction_is_pending_land_in_the_new_slice(tmp_path: Pa
     story(t)
     instant = t.schedule_compaction(DUE)
     assert instant is not None
-    plan = comp.read_plan(t.timeline, instant)
+    plan = read_plan(t.timeline, instant)
     planned_logs = {name for o in plan.operations for name in o.log_files}
     # an update of a file group under compaction and an insert, written after the plan
     late = t.write(batch([(2, "sf", 30, "late"), (40, "sf", 1, "late")]), "upsert", NO_SMALL_FILES)
@@ -350,7 +366,7 @@ def test_writes_while_a_compaction_is_pending_land_in_the_new_slice(tmp_path: Pa
     assert len(sf) == 1 and sf[0].base_file is not None and sf[0].base_file.instant_time == instant
     nxt = t.schedule_compaction({"hoodie.compact.inline.max.delta.commits": "1"})
     assert nxt is not None
-    assert {n for o in comp.read_plan(t.timeline, nxt).operations for n in o.log_files} == late_logs
+    assert {n for o in read_plan(t.timeline, nxt).operations for n in o.log_files} == late_logs
     t.run_compaction(nxt)
     assert snapshot(t) == snapshot(t, "read_optimized") == before
 
@@ -377,7 +393,7 @@ def test_a_write_completing_between_plan_and_instant_is_planned_again(tmp_path: 
     [pending] = t.timeline.pending()
     assert pending.time == instant  # the first plan was taken back
     race = t.timeline.completed_writes()[-1]
-    logs = {n for o in comp.read_plan(t.timeline, instant).operations for n in o.log_files}
+    logs = {n for o in read_plan(t.timeline, instant).operations for n in o.log_files}
     assert any(f"_{race.time}.log." in n for n in logs)
     t.run_compaction(instant)
     assert (1, "race") in {(r["id"], r["v"]) for r in snapshot(t)}
@@ -423,8 +439,8 @@ def test_a_failed_run_is_rolled_back_and_its_plan_kept(
     story(t)
     before = snapshot(t)
     instant = t.schedule_compaction(DUE)
-    assert instant is not None and len(comp.read_plan(t.timeline, instant).operations) == 2
-    real = comp.compact_operation
+    assert instant is not None and len(read_plan(t.timeline, instant).operations) == 2
+    real = compact_operation
     calls = []
 
     def failing(*args: Any, **kwargs: Any) -> Any:
@@ -433,7 +449,7 @@ def test_a_failed_run_is_rolled_back_and_its_plan_kept(
             raise OSError("disk full")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(comp, "compact_operation", failing)
+    monkeypatch.setattr(compaction_run, "compact_operation", failing)
     with pytest.raises(OSError, match="disk full"):
         t.run_compaction()
     [pending] = t.timeline.pending()
@@ -443,14 +459,14 @@ def test_a_failed_run_is_rolled_back_and_its_plan_kept(
     assert markers.marked_files(t.storage, instant) == []
     assert not (Path(t.base_path) / ".hoodie/.heartbeat" / instant).exists()
     assert snapshot(t) == before
-    monkeypatch.setattr(comp, "compact_operation", real)
+    monkeypatch.setattr(compaction_run, "compact_operation", real)
     assert t.run_compaction() is not None
     assert snapshot(t) == before == snapshot(t, "read_optimized")
 
 
 @pytest.mark.parametrize(
     "point",
-    [comp.AFTER_INFLIGHT, comp.AFTER_FIRST_FILE, comp.AFTER_DATA_FILES, comp.BEFORE_COMPLETE],
+    [AFTER_INFLIGHT, AFTER_FIRST_FILE, AFTER_DATA_FILES, BEFORE_COMPLETE],
 )
 def test_a_crashed_run_reads_as_before_and_runs_again(tmp_path: Path, kit: Any, point: str) -> None:
     t = mor(tmp_path)
@@ -462,7 +478,7 @@ def test_a_crashed_run_reads_as_before_and_runs_again(tmp_path: Path, kit: Any, 
     [pending] = t.timeline.pending()
     assert (pending.time, pending.state) == (instant, State.INFLIGHT)
     left = instant_files(t, instant)
-    assert len(left) == {comp.AFTER_INFLIGHT: 0, comp.AFTER_FIRST_FILE: 1}.get(point, 2)
+    assert len(left) == {AFTER_INFLIGHT: 0, AFTER_FIRST_FILE: 1}.get(point, 2)
     assert snapshot(t) == before and snapshot(t, "read_optimized") != before
     # the dead writer's heartbeat names a process that is gone: the next run takes over
     result = t.run_compaction()
@@ -475,7 +491,7 @@ def test_a_crash_after_scheduling_leaves_a_plan_to_run(tmp_path: Path, kit: Any)
     t = mor(tmp_path)
     story(t)
     before = snapshot(t)
-    assert kit.run_python(RUNNER, t.base_path, "schedule", crash_at=comp.AFTER_SCHEDULED) == 77
+    assert kit.run_python(RUNNER, t.base_path, "schedule", crash_at=AFTER_SCHEDULED) == 77
     [pending] = t.timeline.pending()
     assert pending.state is State.REQUESTED and snapshot(t) == before
     assert t.run_compaction() is not None and snapshot(t) == before
@@ -567,6 +583,6 @@ def test_a_completed_compaction_is_never_rolled_back(tmp_path: Path) -> None:
     result = t.compact(DUE)
     assert result is not None
     files = instant_files(t, result.instant_time)
-    assert comp._roll_back_attempt(t, result.instant_time) == []
+    assert _roll_back_attempt(t, result.instant_time) == []
     assert instant_files(t, result.instant_time) == files
     assert (Path(t.base_path) / ".hoodie/timeline" / f"{result.instant_time}.compaction.inflight").exists()

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from inlet.core import avro, faults
-from inlet.core.actions.compaction import read_plan
+from inlet.core.actions.compaction_plan import read_plan
 from inlet.core.actions.rollback import rollback_failed_writes
 from inlet.core.commit.locks import table_lock
 from inlet.core.config import ConfigKey, check_options, config_keys

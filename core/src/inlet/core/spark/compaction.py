@@ -1,8 +1,8 @@
 """Merge-on-Read compaction as a Spark job: one task per file-group operation of the plan.
 
-The driver does what :func:`inlet.core.compaction.run` does (roll back a crashed run, mark the
+The driver does what :func:`inlet.core.actions.compaction_run.run` does (roll back a crashed run, mark the
 plan inflight, heartbeat, commit, roll back on failure); only the per-operation work — merging one
-file slice into a new base file, :func:`inlet.core.compaction.compact_operation` — runs on the
+file slice into a new base file, :func:`inlet.core.actions.compaction_run.compact_operation` — runs on the
 executors, which return write stats. Files of failed or duplicate task attempts (named by markers,
 not by the stats) are deleted before the compaction completes.
 """
@@ -15,10 +15,12 @@ from functools import partial
 from pyspark.sql import SparkSession
 
 from inlet.core import faults
-from inlet.core.actions import compaction
+from inlet.core.actions import compaction_run
+from inlet.core.actions.compaction_plan import CompactionOperation
+from inlet.core.actions.compaction_run import CompactionContext, OperationsRunner, compact_operation
 from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.commit.result import CommitResult
-from inlet.core.spark.writer import _maybe_crash, _stat_json, _stat_of, _task, run_job
+from inlet.core.spark.tasks import maybe_crash, run_job, stat_json, stat_of, task_ids
 from inlet.core.storage import Storage
 from inlet.core.table.facade import HudiTable
 from inlet.core.table.handle import TableHandle
@@ -29,32 +31,32 @@ CRASH_AT = "hoodie.inlet.spark.crash.at"  # fault injection (tests), as for writ
 
 def compact_one(
     base_uri: str,
-    ctx: compaction.CompactionContext,
+    ctx: CompactionContext,
     crash_at: str | None,
-    item: tuple[int, compaction.CompactionOperation],
+    item: tuple[int, CompactionOperation],
 ) -> str:
     """Executor: compact one operation; its write stat as JSON."""
     index, op = item
-    _, stage, attempt_id, _ = _task()
-    stat = compaction.compact_operation(Storage(base_uri), ctx, op, index, attempt=attempt_id, stage_id=stage)
-    _maybe_crash(crash_at, faults.AFTER_DATA_FILES, index == 0)
-    return _stat_json(stat)
+    _, stage, attempt_id, _ = task_ids()
+    stat = compact_operation(Storage(base_uri), ctx, op, index, attempt=attempt_id, stage_id=stage)
+    maybe_crash(crash_at, faults.AFTER_DATA_FILES, index == 0)
+    return stat_json(stat)
 
 
-def spark_runner(spark: SparkSession, crash_at: str | None) -> compaction.OperationsRunner:
-    """A :data:`~inlet.core.compaction.OperationsRunner` that runs each operation as a Spark task."""
+def spark_runner(spark: SparkSession, crash_at: str | None) -> OperationsRunner:
+    """A :data:`~inlet.core.actions.compaction_run.OperationsRunner` that runs each operation as a Spark task."""
 
     def run_operations(
         table: TableHandle,
-        ctx: compaction.CompactionContext,
-        operations: Sequence[compaction.CompactionOperation],
+        ctx: CompactionContext,
+        operations: Sequence[CompactionOperation],
     ) -> list[WriteStat]:
         if not operations:
             return []
         items = list(enumerate(operations))
         rdd = spark.sparkContext.parallelize(items, len(items))
         stats = run_job("compacting", rdd.map(partial(compact_one, table.base_path, ctx, crash_at)).collect)
-        return [_stat_of(s) for s in stats]
+        return [stat_of(s) for s in stats]
 
     return run_operations
 
@@ -69,8 +71,8 @@ def run(
     force: bool = False,
 ) -> CommitResult | None:
     """Run a pending compaction (``instant``, or the earliest) of the table at ``path`` as a Spark
-    job; None if none is pending. Options as for :func:`inlet.core.compaction.run`."""
+    job; None if none is pending. Options as for :func:`inlet.core.actions.compaction_run.run`."""
     table = HudiTable.open(path, commit_protocol=commit_protocol)
     opts = {str(k): str(v) for k, v in (options or {}).items()}
     runner = spark_runner(spark, opts.get(CRASH_AT))
-    return compaction.run(table, instant, opts, force=force, runner=runner)
+    return compaction_run.run(table, instant, opts, force=force, runner=runner)

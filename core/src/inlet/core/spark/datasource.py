@@ -11,7 +11,7 @@
 Reading (the driver plans from metadata, executors read):
 
 - one Spark input partition per file slice; each task runs the core's per-slice read
-  (:func:`inlet.core.readers.read_slice`: a base file, or a Merge-on-Read slice merged with its
+  (:func:`inlet.core.read.snapshot.read_slice`: a base file, or a Merge-on-Read slice merged with its
   log files) and yields Arrow record batches;
 - the schema is the table's (Avro schema of the latest commit, or as of ``as.of.instant``) with
   the five ``_hoodie_*`` meta columns first, as Apache Hudi's Spark reader shows it

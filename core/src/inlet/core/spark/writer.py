@@ -31,10 +31,10 @@ Copy-on-Write and Merge-on-Read tables with the simple or the bucket index:
    (partition path, key) first, ``PARTITION_SORT`` sorts each task's rows), as Hudi's bulk insert.
 **The bucket index in one pass** (every operation but the replace ones): steps 2 to 5 collapse into
 one job, since the file group of a record follows from its bucket alone. The driver reads which file
-group holds each (partition, bucket) off the view (:class:`BucketLayout`); the keyed records are
+group holds each (partition, bucket) off the view (:class:`~inlet.core.spark.plan.BucketLayout`); the keyed records are
 shuffled once by (partition, bucket), and each task dedupes what it holds by key (the core's
 :func:`~inlet.core.merge.dedupe.dedupe`: the reduce side of the aggregation, the shuffle having brought
-every record of a key to it), routes and writes its buckets (:func:`write_buckets`). No counting job
+every record of a key to it), routes and writes its buckets (:func:`~inlet.core.spark.executors.write_buckets`). No counting job
 runs first, so the inflight instant carries the operation but no workload profile. This removes two
 shuffles and three jobs from every upsert; replace operations and the simple index take the steps
 as listed.
@@ -63,30 +63,23 @@ Knobs (write options; Apache Hudi's names where Hudi has one):
 - Spark's own: ``spark.sql.shuffle.partitions`` (dedupe, joins), ``spark.sql.execution.arrow
   .maxRecordsPerBatch`` (Arrow batches of the key stage and bulk writers), executor / Python
   worker memory: one file group's incoming rows and its previous base file are held by one Python
-  worker (about twice ``hoodie.parquet.max.file.size`` decompressed).
-"""
+  worker (about twice ``hoodie.parquet.max.file.size`` decompressed)."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
-import os
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark import StorageLevel, TaskContext
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from inlet.core import errors, faults
+from inlet.core import errors
 from inlet.core.actions.rollback import rollback_failed_writes
 from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.commit.result import CommitResult
@@ -99,34 +92,51 @@ from inlet.core.config import (
     WriteOperation,
 )
 from inlet.core.errors import (
-    InletError,
     InvalidConfigError,
     InvalidInputError,
     InvalidOptionError,
     SchemaError,
     TableExistsError,
 )
-from inlet.core.file_group.reader import BlockFilter
-from inlet.core.file_group.view import BaseFile, CommittedInstants, FileSystemView, LogFile, new_file_id
-from inlet.core.index.bucket import bucket_file_id_prefix, bucket_ids, bucket_of_file_id, nbcc_bucket_file_id
-from inlet.core.index.simple import LOG_KEYS, stored_record_keys
-from inlet.core.keys import KeyGenerator
-from inlet.core.merge import dedupe as merging
-from inlet.core.schema import META_COLUMNS, cast_to, normalize_schema, normalize_type, to_avro_schema
+from inlet.core.file_group.view import CommittedInstants, FileSystemView
+from inlet.core.schema import META_COLUMNS, normalize_schema, normalize_type, to_avro_schema
 from inlet.core.spark import options as opt
 from inlet.core.spark import types as spark_types
-from inlet.core.storage import Storage
+from inlet.core.spark.executors import (
+    SLICE_SCHEMA,
+    STORED_KEYS,
+    BucketJob,
+    BulkJob,
+    GroupJob,
+    KeySpec,
+    SliceKeySpec,
+    group_writer,
+    key_batches,
+    slice_keys,
+    write_buckets,
+    write_bulk,
+)
+from inlet.core.spark.plan import BucketLayout, Counts, SparkPlan, plan_buckets, plan_simple, replace_targets
+from inlet.core.spark.tasks import (
+    _ROW,
+    BUCKET,
+    FILE_ID,
+    FRACTION,
+    HASH_BITS,
+    SEQ,
+    STATS_SCHEMA,
+    TAGGED,
+    col,
+    run_job,
+    stat_of,
+)
 from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Instant
 from inlet.core.write import prepare
-from inlet.core.write.files import WriteContext, ensure_partition_metadata, write_file_group, write_log_group
+from inlet.core.write.files import ensure_partition_metadata
 from inlet.core.write.plan import (
-    FileGroupWrite,
-    insert_slots,
-    latest_base_file,
     records_per_file,
-    without_deletes,
 )
 from inlet.core.write.prepare import (
     DELETED,
@@ -137,629 +147,13 @@ from inlet.core.write.prepare import (
     combines,
     delete_key_fields,
     delete_key_schema,
-    delete_records,
-    keyed_records,
-    refuse_null_ordering_deletes,
     write_schema,
 )
 from inlet.core.write.run import PlannedWrite, run_write, write_context
 
 log = logging.getLogger(__name__)
-
-SEQ = "__inlet_seq"  # arrival number: (Spark partition << 33) + row number, like monotonically_increasing_id
-BUCKET = "__inlet_bucket"
-TAGGED = "__inlet_tagged_file_id"  # the file group the simple index found the key in
-FILE_ID = "__inlet_file_id"  # the file group a record is written to
-FRACTION = "__inlet_fraction"  # a key's place in [0, 1), spreading inserts over file groups
-_NAME = "__inlet_file_name"
-_ROW = "__inlet_row"
-_SEQ_SHIFT = 33
-_HASH_BITS = 53
-STATS_SCHEMA = "partition string, stat string"
 DEFAULT_STORAGE_LEVEL = "MEMORY_AND_DISK"
 SAVE_MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
-
-R = TypeVar("R")
-
-
-# ------------------------------------------------------------------------------ errors
-
-
-_ERROR_CLASSES: dict[str, type[InletError]] = {
-    name: cls for name, cls in vars(errors).items() if isinstance(cls, type) and issubclass(cls, InletError)
-}
-_ERROR_LINE = re.compile(r"(?:inlet\.core\.errors\.)?\b(" + "|".join(_ERROR_CLASSES) + r"): (.*)")
-
-
-def executor_error(e: BaseException) -> InletError | None:
-    """The Inlet error an executor raised, recovered from a Spark job failure (Spark reports it as
-    a ``PythonException`` carrying the worker's traceback text), or None."""
-    if isinstance(e, InletError):
-        return e
-    found = _ERROR_LINE.findall(str(e))
-    if not found:
-        return None
-    name, message = found[-1]
-    return _ERROR_CLASSES[name](message.strip())
-
-
-def run_job(what: str, action: Callable[[], R]) -> R:
-    """Run a Spark action; an Inlet error raised on an executor is raised again as itself."""
-    try:
-        return action()
-    except Exception as e:
-        inlet = executor_error(e)
-        if inlet is None or inlet is e:
-            raise
-        log.debug("%s failed on an executor: %s", what, e)
-        raise inlet from None
-
-
-# ------------------------------------------------------------------------------ small helpers
-
-
-def col(name: str) -> Column:
-    """A column by its exact name (dots and other characters quoted)."""
-    return F.col("`" + name.replace("`", "``") + "`")
-
-
-def _stat_json(stat: WriteStat) -> str:
-    return json.dumps(dataclasses.asdict(stat), separators=(",", ":"))
-
-
-def _stat_of(text: str) -> WriteStat:
-    return WriteStat(**json.loads(text))
-
-
-def _task() -> tuple[int, int, int, int]:
-    """(partition id, stage id, task attempt id, attempt number) of the running task."""
-    tc = TaskContext.get()
-    if tc is None:
-        return 0, 0, 0, 0
-    return tc.partitionId(), tc.stageId(), tc.taskAttemptId(), tc.attemptNumber()
-
-
-def _maybe_crash(point: str | None, here: str, chosen: bool) -> None:
-    """Fault injection (tests): die like a killed executor at ``point`` in the first attempt of a
-    ``chosen`` task, through the core's :func:`inlet.core.faults.crash_point`."""
-    if point != here or not chosen or _task()[3] != 0:
-        return
-    os.environ["INLET_CRASH_AT"] = point
-    faults.crash_point(point)
-
-
-def spark_path(storage: Storage, rel: str) -> str:
-    """A URI Spark reads a table file by (``file://`` for local paths, whatever the default FS)."""
-    uri = storage.base_uri
-    if "://" not in uri:
-        uri = "file://" + os.path.abspath(uri)
-    return uri.rstrip("/") + "/" + rel
-
-
-# ------------------------------------------------------------------------------ 1. keys (executors)
-
-
-@dataclass(frozen=True)
-class KeySpec:
-    """What the key stage of one write needs on an executor."""
-
-    mode: str  # "rows" | "delete" | "partitions"
-    schema: pa.Schema  # rows: the write schema; delete: the key columns' types
-    key_generator: KeyGenerator
-    out_schema: pa.Schema  # the exact Arrow schema the output batches carry
-    bucket_fields: tuple[str, ...] = ()
-    num_buckets: int = 0
-
-
-def key_batches(spec: KeySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: cast, then add record keys, partition paths, delete flags, arrival
-    numbers and bucket ids."""
-    pid = _task()[0]
-    offset = 0
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        data = pa.Table.from_batches([batch])
-        kg = spec.key_generator
-        if spec.mode == "partitions":
-            records = pa.table({PARTITION: kg.partition_paths(data)})
-        else:
-            if spec.mode == "delete":
-                records = delete_records(kg, cast_to(data, spec.schema))
-            else:
-                records = keyed_records(kg, cast_to(data, spec.schema))
-            n = records.num_rows
-            seq = np.arange(offset, offset + n, dtype=np.int64) + (np.int64(pid) << _SEQ_SHIFT)
-            offset += n
-            records = records.append_column(SEQ, pa.array(seq))
-            if spec.num_buckets:
-                ids = bucket_ids(records.column(KEY), list(spec.bucket_fields), spec.num_buckets)
-                records = records.append_column(BUCKET, ids)
-        yield from spark_types.conform(records, spec.out_schema).to_batches()
-
-
-# ------------------------------------------------------------------------------ 3. stored keys (executors)
-
-
-@dataclass(frozen=True)
-class SliceKeySpec:
-    base_uri: str
-    key_generator: KeyGenerator
-    populate_meta_fields: bool
-    committed: CommittedInstants
-
-
-SLICE_SCHEMA = T.StructType(
-    [
-        T.StructField(PARTITION, T.StringType()),
-        T.StructField(TAGGED, T.StringType()),
-        T.StructField("base", T.StringType()),
-        T.StructField("logs", T.ArrayType(T.StringType())),
-        T.StructField("sizes", T.ArrayType(T.LongType())),
-    ]
-)
-STORED_KEYS = T.StructType(
-    [
-        T.StructField(KEY, T.StringType()),
-        T.StructField(PARTITION, T.StringType()),
-        T.StructField(TAGGED, T.StringType()),
-    ]
-)
-_STORED_ARROW = pa.schema([(KEY, pa.string()), (PARTITION, pa.string()), (TAGGED, pa.string())])
-
-
-def slice_keys(spec: SliceKeySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body: the record keys of file slices (one input row per slice: its base file
-    when its keys cannot be read by Spark, and its log files), as (key, partition, file id)."""
-    storage = Storage(spec.base_uri)
-    blocks = BlockFilter(spec.committed)
-    for batch in batches:
-        for row in batch.to_pylist():  # one row per file slice: metadata, not data
-            parts: list[pa.Array] = []
-            if row["base"]:
-                parts.append(
-                    stored_record_keys(
-                        storage, row["base"], spec.key_generator, spec.populate_meta_fields
-                    ).cast(pa.string())
-                )
-            if row["logs"]:
-                files = [LogFile.parse(p, int(s)) for p, s in zip(row["logs"], row["sizes"], strict=True)]
-                logs = [lf for lf in files if lf is not None]
-                parts.append(LOG_KEYS.keys(storage, logs, blocks).cast(pa.string()))
-            if not parts:
-                continue
-            keys = pc.unique(pa.concat_arrays(parts))
-            n = len(keys)
-            yield pa.RecordBatch.from_arrays(
-                [keys, pa.repeat(pa.scalar(row[PARTITION]), n), pa.repeat(pa.scalar(row[TAGGED]), n)],
-                schema=_STORED_ARROW,
-            )
-
-
-# ------------------------------------------------------------------------------ 5. writing (executors)
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    """One file group of a write, as planned on the driver."""
-
-    index: int  # unique within the write: the task id of its write token and sequence numbers
-    partition: str
-    file_id: str
-    base_file: BaseFile | None
-    explicit: bool = False
-    concat: bool = False
-    log: bool = False
-    tagged: bool = False
-    rows: int = 0  # incoming records planned for it (the inflight workload profile)
-
-
-@dataclass(frozen=True)
-class GroupJob:
-    ctx: WriteContext
-    groups: Mapping[tuple[str, str], GroupSpec]
-    crash_at: str | None = None
-
-
-def _records(table: pa.Table, ctx: WriteContext, arrival_order: bool = True) -> pa.Table:
-    """Rows as the core writers take them: data columns of the write schema (when the rows carry
-    data), then ``KEY``, ``PARTITION`` and the delete flag; in arrival order unless the rows come
-    in an order of their own (sorted bulk inserts)."""
-    if arrival_order and SEQ in table.column_names and table.num_rows > 1:
-        table = table.take(pc.sort_indices(table.column(SEQ)))
-    meta = [table.column(KEY), table.column(PARTITION), table.column(DELETED)]
-    names = [KEY, PARTITION, DELETED]
-    if all(f.name in table.column_names for f in ctx.schema if f.name not in names):
-        data = cast_to(table.select([f.name for f in ctx.schema]), ctx.schema)
-        return pa.Table.from_arrays([*data.columns, *meta], names=[*data.column_names, *names])
-    return pa.Table.from_arrays(meta, names=names)  # delete-operation rows: keys only
-
-
-def write_group(job: GroupJob, table: pa.Table) -> pa.Table:
-    """``applyInArrow`` body: write one file group's new base file or log file; one stat row."""
-    partition = table.column(PARTITION)[0].as_py()
-    file_id = table.column(FILE_ID)[0].as_py()
-    spec = job.groups[(partition, file_id)]
-    fg = FileGroupWrite(
-        partition,
-        file_id,
-        spec.base_file,
-        _records(table, job.ctx),
-        explicit_deletes=spec.explicit,
-        concat=spec.concat,
-        log=spec.log,
-        tagged=spec.tagged,
-    )
-    _, stage, attempt_id, _ = _task()
-    storage = Storage(job.ctx.base_uri)
-    write = write_log_group if spec.log else write_file_group
-    stat = write(storage, job.ctx, fg, spec.index, attempt=attempt_id, stage_id=stage)
-    _maybe_crash(job.crash_at, faults.AFTER_DATA_FILES, spec.index == 0)
-    return pa.table({"partition": [partition], "stat": [_stat_json(stat)]})
-
-
-def group_writer(job: GroupJob) -> Callable[[pa.Table], pa.Table]:
-    """:func:`write_group` for ``applyInArrow`` (a plain function: pyspark reads its type hints)."""
-
-    def write_one(table: pa.Table) -> pa.Table:
-        return write_group(job, table)
-
-    return write_one
-
-
-@dataclass(frozen=True)
-class BulkJob:
-    ctx: WriteContext
-    per_file: int  # records per new base file
-    crash_at: str | None = None
-
-
-def write_bulk(job: BulkJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body of bulk inserts (and the new files of replace operations): the task
-    writes new base files for the rows it holds, per partition path in arrival order, a new file
-    every ``per_file`` records (Hudi's bulk-insert handles); one stat row per file."""
-    pid, stage, attempt_id, _ = _task()
-    storage = Storage(job.ctx.base_uri)
-    buffers: dict[str, list[pa.Table]] = {}
-    counts: dict[str, int] = {}
-    written = 0
-    out_schema = pa.schema([("partition", pa.string()), ("stat", pa.string())])
-
-    def flush(partition: str, rows: pa.Table) -> pa.RecordBatch:
-        nonlocal written
-        fg = FileGroupWrite(partition, new_file_id(), None, _records(rows, job.ctx, False), concat=True)
-        stat = write_file_group(
-            storage, job.ctx, fg, pid, attempt=attempt_id, stage_id=stage, seq_start=written
-        )
-        written += rows.num_rows
-        _maybe_crash(job.crash_at, faults.AFTER_DATA_FILES, pid == 0)
-        return pa.RecordBatch.from_arrays(
-            [pa.array([partition]), pa.array([_stat_json(stat)])], schema=out_schema
-        )
-
-    for batch in batches:
-        if batch.num_rows == 0:
-            continue
-        data = pa.Table.from_batches([batch])
-        parts = data.column(PARTITION)
-        present = pc.unique(parts).to_pylist()
-        for p in present:
-            rows = data if len(present) == 1 else data.filter(pc.equal(parts, p))
-            buffers.setdefault(p, []).append(rows)
-            counts[p] = counts.get(p, 0) + rows.num_rows
-            while counts[p] >= job.per_file:
-                full = pa.concat_tables(buffers[p])
-                yield flush(p, full.slice(0, job.per_file))
-                rest = full.slice(job.per_file)
-                buffers[p], counts[p] = [rest], rest.num_rows
-    for p in sorted(buffers):
-        if counts[p]:
-            yield flush(p, pa.concat_tables(buffers[p]))
-
-
-@dataclass(frozen=True)
-class BucketJob:
-    """A bucket-index write done in one pass: records arrive shuffled by (partition, bucket), and
-    each task dedupes, routes and writes the buckets it holds (no counting job first)."""
-
-    ctx: WriteContext
-    layout: BucketLayout
-    combine: MergeMode | None  # how records are deduplicated by key first (None: they are not)
-    check_log_deletes: bool  # soft deletes bound for log files need their ordering value
-    crash_at: str | None = None
-
-
-def _runs(*columns: pa.ChunkedArray) -> list[tuple[int, int]]:
-    """(start, end) of the runs of equal values of ``columns`` (rows sorted by them)."""
-    n = len(columns[0])
-    if n == 0:
-        return []
-    change = np.zeros(n - 1, dtype=bool)
-    for c in columns:
-        a = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
-        change |= np.asarray(pc.not_equal(a.slice(0, n - 1), a.slice(1)).to_numpy(zero_copy_only=False))
-    starts = [0, *(np.flatnonzero(change) + 1).tolist()]
-    return list(zip(starts, [*starts[1:], n], strict=True))
-
-
-def write_buckets(job: BucketJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """``mapInArrow`` body of :class:`BucketJob`: for each (partition, bucket) the task holds, in
-    arrival order, dedupe, then append a log file or write a new base file of the bucket's file
-    group (one stat row each)."""
-    pid, stage, attempt_id, _ = _task()
-    ctx, layout = job.ctx, job.layout
-    received = [b for b in batches if b.num_rows]
-    if not received:
-        return
-    data = pa.Table.from_batches(received)
-    data = data.take(
-        pc.sort_indices(data, [(PARTITION, "ascending"), (BUCKET, "ascending"), (SEQ, "ascending")])
-    )
-    storage = Storage(ctx.base_uri)
-    out_schema = pa.schema([("partition", pa.string()), ("stat", pa.string())])
-    partitions: set[str] = set()
-    written = 0
-    for start, end in _runs(data.column(PARTITION), data.column(BUCKET)):
-        rows = data.slice(start, end - start)
-        partition = rows.column(PARTITION)[0].as_py()
-        bucket = rows.column(BUCKET)[0].as_py()
-        if job.combine is not None:
-            rows = merging.dedupe(rows, job.combine, ctx.ordering_field)
-        deleted = rows.column(DELETED)
-        live = rows.num_rows - (pc.sum(deleted).as_py() or 0)
-        spec = layout.target(partition, bucket, rows.num_rows, live)
-        if spec is None:
-            continue
-        if (partition, bucket) not in layout.existing:
-            rows = without_deletes(rows)  # nothing stored to delete
-        elif spec.log and job.check_log_deletes and not spec.explicit:
-            refuse_null_ordering_deletes(rows, ctx.ordering_field)
-        if partition not in partitions:
-            ensure_partition_metadata(storage, partition, ctx.instant_time)
-            partitions.add(partition)
-        fg = FileGroupWrite(
-            partition,
-            spec.file_id,
-            spec.base_file,
-            _records(rows, ctx, arrival_order=False),
-            explicit_deletes=spec.explicit,
-            concat=spec.concat,
-            log=spec.log,
-            tagged=spec.tagged,
-        )
-        write = write_log_group if spec.log else write_file_group
-        stat = write(storage, ctx, fg, pid, attempt=attempt_id, stage_id=stage, seq_start=written)
-        written += rows.num_rows
-        # which tasks hold buckets is the shuffle's choice: each one's first attempt may die
-        _maybe_crash(job.crash_at, faults.AFTER_DATA_FILES, True)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array([partition]), pa.array([_stat_json(stat)])], schema=out_schema
-        )
-
-
-# ------------------------------------------------------------------------------ the plan (driver)
-
-
-@dataclass
-class SparkPlan:
-    """What the driver decided from metadata and counts."""
-
-    groups: dict[tuple[str, str], GroupSpec] = field(default_factory=dict)
-    slots: list[tuple[str, float, float, str]] = field(default_factory=list)  # partition, lo, hi, file id
-    buckets: list[tuple[str, int, str, bool]] = field(default_factory=list)  # partition, bucket, file id, new
-    replaced: dict[str, list[str]] | None = None
-    bulk_rows: dict[str, int] | None = None  # bulk path: live records per partition
-    per_file: int = 0
-
-    def add(
-        self,
-        partition: str,
-        file_id: str,
-        base: BaseFile | None,
-        rows: int,
-        *,
-        explicit: bool = False,
-        concat: bool = False,
-        log: bool = False,
-        tagged: bool = False,
-    ) -> GroupSpec:
-        key = (partition, file_id)
-        previous = self.groups.get(key)
-        spec = GroupSpec(
-            0,
-            partition,
-            file_id,
-            base,
-            explicit,
-            concat,
-            log,
-            tagged,
-            rows + (previous.rows if previous else 0),
-        )
-        self.groups[key] = spec
-        return spec
-
-    def numbered(self) -> None:
-        self.groups = {
-            k: dataclasses.replace(g, index=i) for i, (k, g) in enumerate(sorted(self.groups.items()))
-        }
-
-    def planned_metadata(self, op: WriteOperation) -> CommitMetadata:
-        md = CommitMetadata(operation_type=op.value)
-        for g in self.groups.values():
-            md.add(WriteStat(file_id=g.file_id, path="", partition_path=g.partition, num_inserts=g.rows))
-        for p, n in sorted((self.bulk_rows or {}).items()):
-            md.add(WriteStat(file_id="", path="", partition_path=p, num_inserts=n))
-        return md
-
-    def partitions(self) -> list[str]:
-        return sorted({g.partition for g in self.groups.values()} | set(self.bulk_rows or {}))
-
-
-@dataclass(frozen=True)
-class Counts:
-    """Per-key counts of incoming records (after dedupe): all, live (not deleted), and deletes
-    without an ordering value."""
-
-    rows: int
-    live: int
-    null_ordering_deletes: int = 0
-
-
-def _replace_targets(
-    op: WriteOperation, view: FileSystemView, incoming: Sequence[str], partitions: Sequence[str]
-) -> list[str]:
-    if op is WriteOperation.INSERT_OVERWRITE_TABLE:
-        return view.partitions()
-    if op is WriteOperation.DELETE_PARTITION:
-        targets = sorted(set(partitions) | set(incoming))
-        if not targets:
-            raise InvalidInputError("delete_partition needs partition paths or rows naming partitions")
-        return targets
-    return sorted(incoming)
-
-
-def _slots(plan: SparkPlan, partition: str, slots: Sequence[tuple[str, BaseFile | None, int]]) -> None:
-    """Record insert slots of a partition as hash ranges weighted by their record counts."""
-    total = sum(n for _, _, n in slots)
-    done = 0
-    for i, (file_id, _, n) in enumerate(slots):
-        lo = done / total
-        done += n
-        hi = 2.0 if i == len(slots) - 1 else done / total
-        plan.slots.append((partition, lo, hi, file_id))
-
-
-def _check_log_deletes(table: HudiTable, plan: SparkPlan, counts: Mapping[tuple[str, str], Counts]) -> None:
-    """The core's rule: soft deletes appended to logs need their ordering value (EVENT_TIME)."""
-    ordering = table.ordering_field
-    if table.merge_mode is not MergeMode.EVENT_TIME_ORDERING or not ordering:
-        return
-    for key, g in plan.groups.items():
-        if g.log and not g.explicit and counts.get(key, Counts(0, 0)).null_ordering_deletes:
-            raise InvalidInputError(
-                f"_hoodie_is_deleted rows need a value in the ordering field {ordering!r} on a "
-                "Merge-on-Read table (the delete block records it)"
-            )
-
-
-@dataclass(frozen=True)
-class BucketLayout:
-    """Where the records of each (partition path, bucket) of a bucket-index write go: the file
-    groups that exist (from the driver's view of the table) and how a missing one is named and
-    written. Plain values, so that executors can route records themselves."""
-
-    existing: Mapping[tuple[str, int], tuple[str, BaseFile | None]]
-    mor: bool
-    nbcc: bool
-    replace: bool
-    explicit: bool  # the delete operation: its deletes win regardless of ordering
-    concat: bool  # insert / bulk_insert: appended without merging stored records
-    bulk: bool = False  # bulk_insert: a new file group gets a base file, also on Merge-on-Read
-
-    @classmethod
-    def of(cls, table: HudiTable, op: WriteOperation, view: FileSystemView) -> BucketLayout:
-        mor = table.table_type is TableType.MERGE_ON_READ
-        existing: dict[tuple[str, int], tuple[str, BaseFile | None]] = {}
-        if not op.is_replace:
-            for s in view.latest_file_slices():
-                b = bucket_of_file_id(s.file_id)
-                if b is not None:
-                    base = s.base_file if mor else latest_base_file(view, s.partition, s.file_id)
-                    existing[(s.partition, b)] = (s.file_id, base)
-        return cls(
-            existing,
-            mor,
-            table.meta.nbcc,
-            op.is_replace,
-            op is WriteOperation.DELETE,
-            op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT),
-            op is WriteOperation.BULK_INSERT,
-        )
-
-    def target(self, partition: str, bucket: int, rows: int, live: int) -> GroupSpec | None:
-        """The file group of a bucket's ``rows`` incoming records (``live`` of them not deletes),
-        or None when there is nothing to write: deletes only, and no file group to delete from.
-        A new file group takes only the live records."""
-        found = self.existing.get((partition, bucket))
-        if found is not None:
-            file_id, base = found
-            mor = self.mor
-            return GroupSpec(
-                0, partition, file_id, base, self.explicit, self.concat and not mor, mor, mor, rows
-            )
-        if self.explicit or live == 0:
-            return None
-        log_only = self.mor and not self.replace and not self.bulk
-        if log_only and self.nbcc:
-            file_id = nbcc_bucket_file_id(bucket)
-        else:
-            file_id = bucket_file_id_prefix(bucket) + "-0"
-        return GroupSpec(
-            0, partition, file_id, None, False, self.concat and not log_only, log_only, False, live
-        )
-
-
-def plan_buckets(
-    table: HudiTable, op: WriteOperation, view: FileSystemView, counts: Mapping[tuple[str, int], Counts]
-) -> SparkPlan:
-    """Bucket index, from counts: every record goes to its bucket's file group (new ones for
-    replace operations)."""
-    layout = BucketLayout.of(table, op, view)
-    plan = SparkPlan()
-    per_group: dict[tuple[str, str], Counts] = {}
-    for (p, b), c in sorted(counts.items()):
-        spec = layout.target(p, b, c.rows, c.live)
-        if spec is None:
-            continue
-        plan.groups[(p, spec.file_id)] = spec
-        is_new = spec.base_file is None and (p, b) not in layout.existing
-        plan.buckets.append((p, b, spec.file_id, is_new))
-        if not is_new:
-            per_group[(p, spec.file_id)] = c
-    if layout.mor and not layout.explicit:
-        _check_log_deletes(table, plan, per_group)
-    return plan
-
-
-def plan_simple(
-    table: HudiTable,
-    op: WriteOperation,
-    view: FileSystemView,
-    options: dict[str, str],
-    inserts: Mapping[str, int],
-    tagged: Mapping[tuple[str, str], Counts],
-) -> SparkPlan:
-    """Simple index, insert / upsert / delete: tagged records to the file groups holding their keys
-    (log appends on Merge-on-Read), inserts to small file groups first, then to new ones."""
-    mor = table.table_type is TableType.MERGE_ON_READ
-    explicit = op is WriteOperation.DELETE
-    concat = op is WriteOperation.INSERT
-    plan = SparkPlan()
-    for (p, file_id), c in sorted(tagged.items()):
-        s = next((s for s in view.latest_file_slices(p) if s.file_id == file_id), None)
-        base = (s.base_file if s else None) if mor else latest_base_file(view, p, file_id)
-        plan.add(p, file_id, base, c.rows, explicit=explicit, log=mor, tagged=mor)
-    for p, n in sorted(inserts.items()):
-        if n <= 0 or explicit:
-            continue
-        not_small = {s.file_id for s in view.latest_file_slices(p) if s.has_logs} if mor else None
-        slots = insert_slots(table, p, n, view, options, small_files=True, not_small=not_small)
-        _slots(plan, p, slots)
-        for file_id, base, take in slots:
-            if (p, file_id) in plan.groups:  # a small file group that also takes updates
-                g = plan.groups[(p, file_id)]
-                plan.groups[(p, file_id)] = dataclasses.replace(
-                    g, rows=g.rows + take, log=False, tagged=False
-                )
-            else:
-                plan.add(p, file_id, base, take, concat=concat)
-    if mor and not explicit:
-        _check_log_deletes(table, plan, tagged)
-    return plan
-
-
-# ------------------------------------------------------------------------------ the pipeline (driver)
 
 
 @dataclass
@@ -1049,8 +443,8 @@ def _route(
         keep = F.col("__bfid").isNotNull() & ~(F.col("__bnew") & col(DELETED))
         routed = joined.filter(keep).withColumn(FILE_ID, F.col("__bfid"))
         return routed.drop("__bp", "__bb", "__bfid", "__bnew", BUCKET)
-    fraction = (F.xxhash64(col(KEY)).bitwiseAND(F.lit((1 << _HASH_BITS) - 1))).cast("double") / float(
-        1 << _HASH_BITS
+    fraction = (F.xxhash64(col(KEY)).bitwiseAND(F.lit((1 << HASH_BITS) - 1))).cast("double") / float(
+        1 << HASH_BITS
     )
     slots = spark.createDataFrame(
         plan.slots or [("", 0.0, 0.0, "")], "__sp string, __lo double, __hi double, __sfid string"
@@ -1145,7 +539,7 @@ def _bucket_write(
     spark: SparkSession, table: HudiTable, prepared: _Prepared, options: dict[str, str], view: FileSystemView
 ) -> PlannedWrite:
     """Bucket index, all but the replace operations: one job. Records are shuffled by (partition,
-    bucket) and every task dedupes, routes and writes the buckets it holds (:func:`write_buckets`);
+    bucket) and every task dedupes, routes and writes the buckets it holds (:func:`~inlet.core.spark.executors.write_buckets`);
     the file groups come from the layout the driver read from the view, so no counting job is
     needed first. The inflight instant therefore carries no workload profile."""
     op, keyed = prepared.op, prepared.keyed
@@ -1162,7 +556,7 @@ def _bucket_write(
         shuffled = keyed.repartition(parallelism, col(PARTITION), col(BUCKET))
         out = shuffled.mapInArrow(partial(write_buckets, job), STATS_SCHEMA)
         rows: list[Row] = run_job("writing files", out.collect)
-        return [_stat_of(r["stat"]) for r in rows]
+        return [stat_of(r["stat"]) for r in rows]
 
     return PlannedWrite(CommitMetadata(operation_type=op.value), execute)
 
@@ -1228,7 +622,7 @@ def _run(
                     plan.per_file = records_per_file(view, options)
                 records = keyed
         if op.is_replace:
-            targets = _replace_targets(op, view, incoming, partitions)
+            targets = replace_targets(op, view, incoming, partitions)
             plan.replaced = {p: [g.file_id for g in view.file_groups(p)] for p in targets}
         plan.numbered()
         parallelism = (
@@ -1267,7 +661,7 @@ def _run(
                 )
                 out = grouped.applyInArrow(group_writer(GroupJob(ctx, plan.groups, crash_at)), STATS_SCHEMA)
             rows: list[Row] = run_job("writing files", out.collect)
-            return [_stat_of(r["stat"]) for r in rows]
+            return [stat_of(r["stat"]) for r in rows]
 
         return PlannedWrite(plan.planned_metadata(op), execute, plan.replaced)
 

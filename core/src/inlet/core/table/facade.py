@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from inlet.core.actions.clean import CleanPlan, CleanResult, clean, cleans, plan_clean
-from inlet.core.actions.compaction import CompactionInfo, compact, run, schedule, show
+from inlet.core.actions.compaction_plan import CompactionInfo, schedule, show
+from inlet.core.actions.compaction_run import compact, run
 from inlet.core.actions.rollback import rollback_failed_writes
 from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.commit.result import CommitResult
@@ -346,7 +347,7 @@ class HudiTable(TableHandle):
 
     def schedule_compaction(self, options: dict[str, str] | None = None) -> str | None:
         """Schedule a compaction if one is due (``hoodie.compact.inline.*``, ``hoodie.compaction.*``
-        options); returns its instant time, or None. See :mod:`inlet.core.actions.compaction`."""
+        options); returns its instant time, or None. See :mod:`inlet.core.actions.compaction_plan`."""
         return schedule(self, options)
 
     def run_compaction(

@@ -1,0 +1,258 @@
+"""The driver's plan of a Spark write, from metadata and counts only: which file group each (partition, bucket) or tagged key goes to, which small file groups take inserts and how many new ones are needed (the core's sizing rules), and the Merge-on-Read delete checks."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from inlet.core.config import (
+    MergeMode,
+    TableType,
+    WriteOperation,
+)
+from inlet.core.errors import (
+    InvalidInputError,
+)
+from inlet.core.file_group.view import BaseFile, FileSystemView
+from inlet.core.index.bucket import bucket_file_id_prefix, bucket_of_file_id, nbcc_bucket_file_id
+from inlet.core.table.facade import HudiTable
+from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
+from inlet.core.write.plan import (
+    insert_slots,
+    latest_base_file,
+)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One file group of a write, as planned on the driver."""
+
+    index: int  # unique within the write: the task id of its write token and sequence numbers
+    partition: str
+    file_id: str
+    base_file: BaseFile | None
+    explicit: bool = False
+    concat: bool = False
+    log: bool = False
+    tagged: bool = False
+    rows: int = 0  # incoming records planned for it (the inflight workload profile)
+
+
+@dataclass
+class SparkPlan:
+    """What the driver decided from metadata and counts."""
+
+    groups: dict[tuple[str, str], GroupSpec] = field(default_factory=dict)
+    slots: list[tuple[str, float, float, str]] = field(default_factory=list)  # partition, lo, hi, file id
+    buckets: list[tuple[str, int, str, bool]] = field(default_factory=list)  # partition, bucket, file id, new
+    replaced: dict[str, list[str]] | None = None
+    bulk_rows: dict[str, int] | None = None  # bulk path: live records per partition
+    per_file: int = 0
+
+    def add(
+        self,
+        partition: str,
+        file_id: str,
+        base: BaseFile | None,
+        rows: int,
+        *,
+        explicit: bool = False,
+        concat: bool = False,
+        log: bool = False,
+        tagged: bool = False,
+    ) -> GroupSpec:
+        key = (partition, file_id)
+        previous = self.groups.get(key)
+        spec = GroupSpec(
+            0,
+            partition,
+            file_id,
+            base,
+            explicit,
+            concat,
+            log,
+            tagged,
+            rows + (previous.rows if previous else 0),
+        )
+        self.groups[key] = spec
+        return spec
+
+    def numbered(self) -> None:
+        self.groups = {
+            k: dataclasses.replace(g, index=i) for i, (k, g) in enumerate(sorted(self.groups.items()))
+        }
+
+    def planned_metadata(self, op: WriteOperation) -> CommitMetadata:
+        md = CommitMetadata(operation_type=op.value)
+        for g in self.groups.values():
+            md.add(WriteStat(file_id=g.file_id, path="", partition_path=g.partition, num_inserts=g.rows))
+        for p, n in sorted((self.bulk_rows or {}).items()):
+            md.add(WriteStat(file_id="", path="", partition_path=p, num_inserts=n))
+        return md
+
+    def partitions(self) -> list[str]:
+        return sorted({g.partition for g in self.groups.values()} | set(self.bulk_rows or {}))
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Per-key counts of incoming records (after dedupe): all, live (not deleted), and deletes
+    without an ordering value."""
+
+    rows: int
+    live: int
+    null_ordering_deletes: int = 0
+
+
+def replace_targets(
+    op: WriteOperation, view: FileSystemView, incoming: Sequence[str], partitions: Sequence[str]
+) -> list[str]:
+    if op is WriteOperation.INSERT_OVERWRITE_TABLE:
+        return view.partitions()
+    if op is WriteOperation.DELETE_PARTITION:
+        targets = sorted(set(partitions) | set(incoming))
+        if not targets:
+            raise InvalidInputError("delete_partition needs partition paths or rows naming partitions")
+        return targets
+    return sorted(incoming)
+
+
+def _slots(plan: SparkPlan, partition: str, slots: Sequence[tuple[str, BaseFile | None, int]]) -> None:
+    """Record insert slots of a partition as hash ranges weighted by their record counts."""
+    total = sum(n for _, _, n in slots)
+    done = 0
+    for i, (file_id, _, n) in enumerate(slots):
+        lo = done / total
+        done += n
+        hi = 2.0 if i == len(slots) - 1 else done / total
+        plan.slots.append((partition, lo, hi, file_id))
+
+
+def _check_log_deletes(table: HudiTable, plan: SparkPlan, counts: Mapping[tuple[str, str], Counts]) -> None:
+    """The core's rule: soft deletes appended to logs need their ordering value (EVENT_TIME)."""
+    ordering = table.ordering_field
+    if table.merge_mode is not MergeMode.EVENT_TIME_ORDERING or not ordering:
+        return
+    for key, g in plan.groups.items():
+        if g.log and not g.explicit and counts.get(key, Counts(0, 0)).null_ordering_deletes:
+            raise InvalidInputError(
+                f"_hoodie_is_deleted rows need a value in the ordering field {ordering!r} on a "
+                "Merge-on-Read table (the delete block records it)"
+            )
+
+
+@dataclass(frozen=True)
+class BucketLayout:
+    """Where the records of each (partition path, bucket) of a bucket-index write go: the file
+    groups that exist (from the driver's view of the table) and how a missing one is named and
+    written. Plain values, so that executors can route records themselves."""
+
+    existing: Mapping[tuple[str, int], tuple[str, BaseFile | None]]
+    mor: bool
+    nbcc: bool
+    replace: bool
+    explicit: bool  # the delete operation: its deletes win regardless of ordering
+    concat: bool  # insert / bulk_insert: appended without merging stored records
+    bulk: bool = False  # bulk_insert: a new file group gets a base file, also on Merge-on-Read
+
+    @classmethod
+    def of(cls, table: HudiTable, op: WriteOperation, view: FileSystemView) -> BucketLayout:
+        mor = table.table_type is TableType.MERGE_ON_READ
+        existing: dict[tuple[str, int], tuple[str, BaseFile | None]] = {}
+        if not op.is_replace:
+            for s in view.latest_file_slices():
+                b = bucket_of_file_id(s.file_id)
+                if b is not None:
+                    base = s.base_file if mor else latest_base_file(view, s.partition, s.file_id)
+                    existing[(s.partition, b)] = (s.file_id, base)
+        return cls(
+            existing,
+            mor,
+            table.meta.nbcc,
+            op.is_replace,
+            op is WriteOperation.DELETE,
+            op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT),
+            op is WriteOperation.BULK_INSERT,
+        )
+
+    def target(self, partition: str, bucket: int, rows: int, live: int) -> GroupSpec | None:
+        """The file group of a bucket's ``rows`` incoming records (``live`` of them not deletes),
+        or None when there is nothing to write: deletes only, and no file group to delete from.
+        A new file group takes only the live records."""
+        found = self.existing.get((partition, bucket))
+        if found is not None:
+            file_id, base = found
+            mor = self.mor
+            return GroupSpec(
+                0, partition, file_id, base, self.explicit, self.concat and not mor, mor, mor, rows
+            )
+        if self.explicit or live == 0:
+            return None
+        log_only = self.mor and not self.replace and not self.bulk
+        if log_only and self.nbcc:
+            file_id = nbcc_bucket_file_id(bucket)
+        else:
+            file_id = bucket_file_id_prefix(bucket) + "-0"
+        return GroupSpec(
+            0, partition, file_id, None, False, self.concat and not log_only, log_only, False, live
+        )
+
+
+def plan_buckets(
+    table: HudiTable, op: WriteOperation, view: FileSystemView, counts: Mapping[tuple[str, int], Counts]
+) -> SparkPlan:
+    """Bucket index, from counts: every record goes to its bucket's file group (new ones for
+    replace operations)."""
+    layout = BucketLayout.of(table, op, view)
+    plan = SparkPlan()
+    per_group: dict[tuple[str, str], Counts] = {}
+    for (p, b), c in sorted(counts.items()):
+        spec = layout.target(p, b, c.rows, c.live)
+        if spec is None:
+            continue
+        plan.groups[(p, spec.file_id)] = spec
+        is_new = spec.base_file is None and (p, b) not in layout.existing
+        plan.buckets.append((p, b, spec.file_id, is_new))
+        if not is_new:
+            per_group[(p, spec.file_id)] = c
+    if layout.mor and not layout.explicit:
+        _check_log_deletes(table, plan, per_group)
+    return plan
+
+
+def plan_simple(
+    table: HudiTable,
+    op: WriteOperation,
+    view: FileSystemView,
+    options: dict[str, str],
+    inserts: Mapping[str, int],
+    tagged: Mapping[tuple[str, str], Counts],
+) -> SparkPlan:
+    """Simple index, insert / upsert / delete: tagged records to the file groups holding their keys
+    (log appends on Merge-on-Read), inserts to small file groups first, then to new ones."""
+    mor = table.table_type is TableType.MERGE_ON_READ
+    explicit = op is WriteOperation.DELETE
+    concat = op is WriteOperation.INSERT
+    plan = SparkPlan()
+    for (p, file_id), c in sorted(tagged.items()):
+        s = next((s for s in view.latest_file_slices(p) if s.file_id == file_id), None)
+        base = (s.base_file if s else None) if mor else latest_base_file(view, p, file_id)
+        plan.add(p, file_id, base, c.rows, explicit=explicit, log=mor, tagged=mor)
+    for p, n in sorted(inserts.items()):
+        if n <= 0 or explicit:
+            continue
+        not_small = {s.file_id for s in view.latest_file_slices(p) if s.has_logs} if mor else None
+        slots = insert_slots(table, p, n, view, options, small_files=True, not_small=not_small)
+        _slots(plan, p, slots)
+        for file_id, base, take in slots:
+            if (p, file_id) in plan.groups:  # a small file group that also takes updates
+                g = plan.groups[(p, file_id)]
+                plan.groups[(p, file_id)] = dataclasses.replace(
+                    g, rows=g.rows + take, log=False, tagged=False
+                )
+            else:
+                plan.add(p, file_id, base, take, concat=concat)
+    if mor and not explicit:
+        _check_log_deletes(table, plan, tagged)
+    return plan
