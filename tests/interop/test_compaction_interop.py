@@ -45,7 +45,8 @@ from test_mor_interop import (
 )
 
 from inlet.core import CommitResult, HudiTable, faults
-from inlet.core.actions import compaction as comp
+from inlet.core.actions.compaction_plan import CompactionPlan, pending_compactions, read_plan
+from inlet.core.actions.compaction_run import AFTER_FIRST_FILE
 from inlet.core.errors import UnsupportedError
 from inlet.core.file_group.view import BaseFile, FileSystemView, list_data_files
 from inlet.core.timeline.commit_metadata import CommitMetadata
@@ -62,13 +63,13 @@ class CompactionHarness(MorHarness):
     def __init__(self, path: Path, **kwargs: Any) -> None:
         super().__init__(path, **kwargs)
         self.completed: list[str] = []  # compaction instants, completed
-        self.plans: dict[str, comp.CompactionPlan] = {}
+        self.plans: dict[str, CompactionPlan] = {}
         self.full: dict[str, bool] = {}  # the plan took every file slice with log files
 
     def schedule(self, **options: str) -> str:
         instant = self.table.schedule_compaction({**DUE_NOW, **options})
         assert instant is not None
-        self.plans[instant] = comp.read_plan(self.table.timeline, instant)
+        self.plans[instant] = read_plan(self.table.timeline, instant)
         # the plan takes every log the latest file slices hold (nothing else is pending)
         files = list_data_files(self.table.storage)
         view = FileSystemView(self.table.timeline, None, files)
@@ -305,7 +306,7 @@ def test_crashed_compaction_reads_as_before_and_reruns(harness: Any) -> None:
     code = "import sys\nfrom inlet.core import HudiTable\nHudiTable.open(sys.argv[1]).run_compaction()\n"
     proc = subprocess.run(
         [sys.executable, "-c", code, h.path],
-        env={**os.environ, "INLET_CRASH_AT": comp.AFTER_FIRST_FILE},
+        env={**os.environ, "INLET_CRASH_AT": AFTER_FIRST_FILE},
         cwd=str(REPO_ROOT),
         capture_output=True,
         text=True,
@@ -380,7 +381,7 @@ def test_runs_apache_hudis_own_plan(tmp_path: Path) -> None:
         f.unlink()
     (path / ".hoodie" / "timeline" / f"{HUDI_COMPACTION}.compaction.inflight").unlink()
     table = HudiTable.open(str(path))
-    assert comp.pending_compactions(table) == [HUDI_COMPACTION]
+    assert pending_compactions(table) == [HUDI_COMPACTION]
     # the table lists its files through a metadata table Inlet cannot update: refused unless disabled
     with pytest.raises(UnsupportedError, match=r"hoodie\.metadata\.enable=false"):
         table.run_compaction()

@@ -235,7 +235,11 @@ def test_cli_serves_health_and_stops_on_sigterm(coordinator: RunningServer, kafk
         line = proc.stdout.readline()
         assert line, proc.stderr.read() if proc.stderr else ""
         serving = json.loads(line)
-        assert serving["service"] == "table-services" and serving["services"] == ["compaction", "clean"]
+        assert serving["service"] == "table-services" and serving["services"] == [
+            "compaction",
+            "clean",
+            "archive",
+        ]
         with urllib.request.urlopen(f"http://{serving['metrics']}/healthz", timeout=10) as resp:
             assert resp.status == 200 and json.loads(resp.read())["coordinator"] == coordinator.address
         with urllib.request.urlopen(f"http://{serving['metrics']}/metrics", timeout=10) as resp:

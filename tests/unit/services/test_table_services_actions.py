@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+from hudi import HudiReadOptions, HudiTableBuilder
 
 from inlet.core import HudiTable
 from inlet.core.timeline.instant import State
@@ -35,3 +36,41 @@ def test_fresh_plans_are_left_to_their_scheduler_and_stale_ones_run(tmp_path: Pa
     states = {c.instant_time: c.state for c in HudiTable.open(path).compactions()}
     assert states == {planned: State.COMPLETED}
     assert [r["ts"] for r in HudiTable.open(path).read().to_pylist()] == [2, 2]
+
+
+def test_the_services_keep_a_long_lived_table_bounded_and_readable(tmp_path: Path) -> None:
+    """Compaction, clean and archive after every commit of a long run of small MOR upserts: the
+    data files and the active timeline stay bounded (derived from the options, not the code), and
+    every read equals the model, by Inlet and by both hudi-rs readers."""
+    path = str(tmp_path / "t")
+    HudiTable.create(path, name="t", record_key="id", ordering_field="ts", table_type="MERGE_ON_READ")
+    opts = {
+        "hoodie.compact.inline.max.delta.commits": "3",
+        "hoodie.clean.commits.retained": "2",
+        "hoodie.keep.min.commits": "4",
+        "hoodie.keep.max.commits": "6",
+    }
+    model: dict[int, int] = {}
+    for ts in range(1, 61):
+        ids = [ts % 7, (ts * 3) % 11]
+        HudiTable.open(path).write(
+            pa.table({"id": pa.array(ids, pa.int64()), "ts": pa.array([ts, ts], pa.int64())}), "upsert"
+        )
+        model.update({i: ts for i in ids})
+        run_services(HudiTable.open(path), "t", ("compaction", "clean", "archive"), opts, stale_plan_s=0)
+        t = HudiTable.open(path)
+        assert {r["id"]: r["ts"] for r in t.read(columns=["id", "ts"]).to_pylist()} == model
+    t = HudiTable.open(path)
+    # keep.max.commits bounds the completed writes on the active timeline; the services' own
+    # instants (compactions, cleans) come on top, a few per window
+    writes = t.timeline.completed_writes()
+    assert len(writes) <= int(opts["hoodie.keep.max.commits"]) + 3
+    assert len(t.archived_timeline().instants) >= 60 - len(t.timeline.instants)
+    data_files = [p for p in Path(path).rglob("*") if p.is_file() and ".hoodie" not in p.parts]
+    assert len(data_files) < 40  # 60 commits without services leave >= 60 log files
+    for reader in ("1", "2"):
+        hudi_rs = HudiTableBuilder.from_base_uri(path).with_hudi_option(
+            "hoodie.read.file.group.reader.version", reader
+        )
+        rows = pa.Table.from_batches(hudi_rs.build().read(HudiReadOptions())).select(["id", "ts"])
+        assert {r["id"]: r["ts"] for r in rows.to_pylist()} == model, reader

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from inlet.core.actions.archive import ArchiveResult, archive
 from inlet.core.actions.clean import CleanPlan, CleanResult, clean, cleans, plan_clean
 from inlet.core.actions.compaction_plan import CompactionInfo, schedule, show
 from inlet.core.actions.compaction_run import compact, run
@@ -39,6 +40,7 @@ from inlet.core.table import properties as props_io
 from inlet.core.table.handle import TableHandle
 from inlet.core.table.meta import TableMeta
 from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.archived import ArchivedTimeline
 from inlet.core.timeline.instant import Instant
 from inlet.core.write.run import write_table
 
@@ -378,3 +380,20 @@ class HudiTable(TableHandle):
     def cleans(self) -> list[dict[str, Any]]:
         """The clean instants on the active timeline (pending and completed)."""
         return cleans(self)
+
+    # ------------------------------------------------------------------ archive
+
+    def archive(self, options: Mapping[str, str] | None = None) -> ArchiveResult:
+        """Move old completed instants into the LSM archived timeline (``hoodie.keep.min.commits``
+        / ``hoodie.keep.max.commits``, never past a pending instant, a savepoint or what the
+        cleaner and compaction still need). See :mod:`inlet.core.actions.archive`."""
+        return archive(self.storage, self.meta.layout_version, self.meta.timeline_path, options)
+
+    def archived_timeline(self) -> ArchivedTimeline:
+        """The instants archived so far (``.hoodie/timeline/history/``), read-only."""
+        return ArchivedTimeline.load(
+            self.storage,
+            self.meta.layout_version,
+            self.meta.timeline_path,
+            TableConfig.TIMELINE_HISTORY_PATH.require(self.meta.props),
+        )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -14,16 +13,13 @@ import pyarrow as pa
 from inlet.core import HudiTable, TimestampPartitioning
 from inlet.services.cli import commit, dataio, engine, filters, options, render
 from inlet.services.cli.errors import EXIT_OK, UsageError
+from inlet.services.cli.render import print_json
 from inlet.services.logs import log_event
 
 log = logging.getLogger("inlet.cli")
 
 SORT_MODE_OPTION = "hoodie.bulkinsert.sort.mode"
 DEFAULT_TIMESTAMP_OUTPUT_FORMAT = "yyyy/MM/dd"
-
-
-def _print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(dataio.json_safe(doc)) + "\n")
 
 
 # ------------------------------------------------------------------------------ table create
@@ -89,7 +85,7 @@ def cmd_table_create(args: argparse.Namespace) -> int:
 def cmd_table_describe(args: argparse.Namespace) -> int:
     info = HudiTable.open(options.table_path(args.path)).describe()
     if args.json:
-        _print_json(info)
+        print_json(info)
     else:
         print(render.format_mapping(info))
     return EXIT_OK
@@ -151,7 +147,7 @@ def _write_locally(args: argparse.Namespace, table: HudiTable, opts: dict[str, s
     rows = data.num_rows if data is not None else 0
     if data is not None and rows == 0 and args.op not in _EMPTY_INPUT_OPS:
         log_event(log, logging.WARNING, "input holds no records; nothing written", input=args.input)
-        _print_json(_skipped_summary(args.op))
+        print_json(_skipped_summary(args.op))
         return EXIT_OK
     log_event(
         log,
@@ -168,7 +164,7 @@ def _write_locally(args: argparse.Namespace, table: HudiTable, opts: dict[str, s
     summary = result.summary()
     elapsed = round(time.monotonic() - started, 3)
     log_event(log, logging.INFO, "write finished", table=table.base_path, elapsed_s=elapsed, **summary)
-    _print_json(summary)
+    print_json(summary)
     return EXIT_OK
 
 
@@ -187,7 +183,7 @@ def _write_with_spark(args: argparse.Namespace, table: HudiTable, opts: dict[str
         elapsed_s=elapsed,
         **summary,
     )
-    _print_json(summary)
+    print_json(summary)
     return EXIT_OK
 
 
@@ -237,7 +233,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     if args.output:
         dataio.write_parquet(result, args.output)
         summary = {"output": args.output, "rows": result.num_rows, "columns": result.column_names}
-        _print_json({**summary, **({"resume_from": resume_from} if resume_from else {})})
+        print_json({**summary, **({"resume_from": resume_from} if resume_from else {})})
     else:
         dataio.write_json_lines(result, sys.stdout)
     return EXIT_OK
@@ -248,6 +244,7 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 def cmd_timeline(args: argparse.Namespace) -> int:
     table = HudiTable.open(options.table_path(args.path))
+    instants = table.archived_timeline().instants if args.archived else table.instants()
     rows = [
         {
             "instant": i.time,
@@ -255,11 +252,11 @@ def cmd_timeline(args: argparse.Namespace) -> int:
             "state": i.state.value,
             "completion_time": i.completion_time,
         }
-        for i in table.instants()
+        for i in instants
     ]
     if args.json:
         for row in rows:
-            _print_json(row)
+            print_json(row)
     else:
         shown = [{**row, "completion_time": row["completion_time"] or "-"} for row in rows]
         print(render.format_table(shown, ["instant", "action", "state", "completion_time"]))
@@ -273,7 +270,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     with commit.open_table(args, options.table_path(args.path)) as table:
         rolled = table.rollback_failed_writes(force=args.force)
     log_event(log, logging.INFO, "rollback finished", table=table.base_path, rolled_back=rolled)
-    _print_json({"rolled_back": rolled})
+    print_json({"rolled_back": rolled})
     return EXIT_OK
 
 
@@ -319,7 +316,7 @@ def cmd_compaction_schedule(args: argparse.Namespace) -> int:
         instant = table.schedule_compaction(_compaction_options(args))
     summary = _plan_summary(table, instant)
     log_event(log, logging.INFO, "compaction scheduled" if instant else "no compaction due", **summary)
-    _print_json(summary)
+    print_json(summary)
     return EXIT_OK
 
 
@@ -341,7 +338,7 @@ def cmd_compaction_run(args: argparse.Namespace) -> int:
             result = table.run_compaction(instant, opts, force=args.force)
     if result is None:
         log_event(log, logging.INFO, "no pending compaction", table=table.base_path)
-        _print_json({"instant": None, "completion_time": None, "action": None, "operation": "COMPACT"})
+        print_json({"instant": None, "completion_time": None, "action": None, "operation": "COMPACT"})
         return EXIT_OK
     stats = result.metadata.write_stats()
     summary = {
@@ -352,7 +349,7 @@ def cmd_compaction_run(args: argparse.Namespace) -> int:
     summary.pop("replaced_file_groups", None)
     elapsed = round(time.monotonic() - started, 3)
     log_event(log, logging.INFO, "compaction finished", table=table.base_path, elapsed_s=elapsed, **summary)
-    _print_json(summary)
+    print_json(summary)
     return EXIT_OK
 
 
@@ -361,7 +358,7 @@ def cmd_compaction_show(args: argparse.Namespace) -> int:
     docs = [c.to_dict() for c in table.compactions()]
     if args.json:
         for doc in docs:
-            _print_json(doc)
+            print_json(doc)
         return EXIT_OK
     rows = [
         {
@@ -379,56 +376,4 @@ def cmd_compaction_show(args: argparse.Namespace) -> int:
             rows, ["instant", "state", "completion_time", "file_groups", "log_files", "log_size"]
         )
     )
-    return EXIT_OK
-
-
-def cmd_clean_run(args: argparse.Namespace) -> int:
-    opts = options.parse_key_values(args.option)
-    started = time.monotonic()
-    with commit.open_table(args, options.table_path(args.path)) as table:
-        if args.dry_run:
-            plan = table.plan_clean(opts)
-            e = plan.earliest_to_retain
-            _print_json(
-                {
-                    "policy": plan.policy.value,
-                    "earliest_commit_to_retain": e.time if e else None,
-                    "files": {p or "": list(fs) for p, fs in plan.files.items()},
-                    "file_count": plan.file_count,
-                }
-            )
-            return EXIT_OK
-        result = table.clean(opts)
-    summary = result.to_dict()
-    log_event(
-        log,
-        logging.INFO,
-        "clean finished",
-        table=table.base_path,
-        elapsed_s=round(time.monotonic() - started, 3),
-        **summary,
-    )
-    _print_json(summary)
-    return EXIT_OK
-
-
-def cmd_clean_show(args: argparse.Namespace) -> int:
-    docs = HudiTable.open(options.table_path(args.path)).cleans()
-    if args.json:
-        for doc in docs:
-            _print_json(doc)
-        return EXIT_OK
-    cols = ["instant", "state", "completion_time", "policy", "earliest_commit_to_retain", "files"]
-    rows = [
-        {
-            "instant": d["instant"],
-            "state": d["state"],
-            "completion_time": d["completion_time"] or "-",
-            "policy": d.get("policy") or "-",
-            "earliest_commit_to_retain": d.get("earliest_commit_to_retain") or "-",
-            "files": d.get("files_deleted", d.get("files_to_delete")),
-        }
-        for d in docs
-    ]
-    print(render.format_table(rows, cols))
     return EXIT_OK

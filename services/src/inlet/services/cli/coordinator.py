@@ -102,7 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m inlet.services.cli.coordinator serve ...`` (the same as ``inlet coordinator serve``)."""
     from inlet.services import logs
-    from inlet.services.cli.main import ArgumentParser
+    from inlet.services.cli.parsing import ArgumentParser
 
     parser = ArgumentParser(prog="inlet", formatter_class=_formatter)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -11,16 +11,17 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Sequence
 
 import pyarrow as pa
 
 from inlet.core import InletError
 from inlet.services import logs
 from inlet.services.cli import commands
+from inlet.services.cli.archive import add_archive_commands
 from inlet.services.cli.catalog import add_catalog_commands
 from inlet.services.cli.cdc import add_cdc_commands
+from inlet.services.cli.clean import add_clean_commands
 from inlet.services.cli.commit import add_coordinator_options
 from inlet.services.cli.coordinator import add_coordinator_commands
 from inlet.services.cli.dataio import INPUT_FORMATS
@@ -36,6 +37,14 @@ from inlet.services.cli.options import (
     env_int,
     int_at_least,
     with_env,
+)
+from inlet.services.cli.parsing import (
+    ArgumentParser,
+    Handler,
+    add_command,
+    add_path,
+    common_options,
+    formatter,
 )
 from inlet.services.cli.stack import add_stack_commands
 from inlet.services.cli.table_services import add_table_services_commands
@@ -80,81 +89,11 @@ exit status: 0 success, 1 failure (message on stderr), 2 bad arguments.
 """
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    """Reports bad arguments as one ``inlet: error:`` line (raised, so main() prints it)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see '{self.prog} --help')")
-
-
-Handler = Callable[[argparse.Namespace], int]
-
-
-def _formatter(prog: str) -> argparse.HelpFormatter:
-    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
-
-
-def _common_options(suppress: bool) -> ArgumentParser:
-    """Logging options, accepted before or after the command name."""
-    default = argparse.SUPPRESS if suppress else None
-    p = ArgumentParser(add_help=False)
-    g = p.add_argument_group("logging")
-    g.add_argument(
-        "--log-level",
-        type=choice(logs.LEVELS),
-        metavar=choices_metavar(logs.LEVELS),
-        default=default,
-        help=with_env("log level on stderr (default WARNING)", logs.LOG_LEVEL_ENV),
-    )
-    g.add_argument(
-        "--log-format",
-        type=choice(logs.FORMATS),
-        metavar=choices_metavar(logs.FORMATS),
-        default=default,
-        help=with_env("log format on stderr: text or JSON lines (default text)", logs.LOG_FORMAT_ENV),
-    )
-    g.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=argparse.SUPPRESS if suppress else 0,
-        help="log progress (INFO); twice for DEBUG. --log-level wins over it",
-    )
-    return p
-
-
-def _add_command(
-    subparsers: argparse._SubParsersAction[ArgumentParser],
-    name: str,
-    handler: Handler,
-    summary: str,
-    description: str,
-) -> ArgumentParser:
-    p = subparsers.add_parser(
-        name,
-        help=summary,
-        description=description,
-        parents=[_common_options(suppress=True)],
-        formatter_class=_formatter,
-    )
-    p.set_defaults(handler=handler)
-    return p
-
-
-def _add_path(p: ArgumentParser, what: str = "the table's base path") -> None:
-    p.add_argument(
-        "path",
-        nargs="?",
-        metavar="PATH",
-        help=f"{what}: a local directory or a URI pyarrow understands [env: {TABLE_PATH_ENV}]",
-    )
-
-
 # ------------------------------------------------------------------------------ table
 
 
 def _add_table_create(tables: argparse._SubParsersAction[ArgumentParser]) -> None:
-    p = _add_command(
+    p = add_command(
         tables,
         "create",
         commands.cmd_table_create,
@@ -164,7 +103,7 @@ def _add_table_create(tables: argparse._SubParsersAction[ArgumentParser]) -> Non
         "example:\n  inlet table create /lake/trips --name trips --record-key id --partition-by city "
         "--ordering-field ts",
     )
-    _add_path(p, "where to create the table")
+    add_path(p, "where to create the table")
     p.add_argument("--name", required=True, help="table name (letters, digits, underscores)")
     p.add_argument(
         "--type",
@@ -250,7 +189,7 @@ def _add_index_options(p: ArgumentParser) -> None:
 
 
 def _add_table_describe(tables: argparse._SubParsersAction[ArgumentParser]) -> None:
-    p = _add_command(
+    p = add_command(
         tables,
         "describe",
         commands.cmd_table_describe,
@@ -258,7 +197,7 @@ def _add_table_describe(tables: argparse._SubParsersAction[ArgumentParser]) -> N
         "Show a table's name, type, keys, partitioning, merge mode, index, latest commit,\n"
         "schema and hoodie.properties.",
     )
-    _add_path(p)
+    add_path(p)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 
 
@@ -267,7 +206,7 @@ def _add_table(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         "table",
         help="create or describe a table",
         description="Create or describe a Hudi table.",
-        formatter_class=_formatter,
+        formatter_class=formatter,
     )
     tables = p.add_subparsers(dest="table_command", metavar="COMMAND", required=True)
     _add_table_create(tables)
@@ -278,7 +217,7 @@ def _add_table(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
 
 
 def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
-    p = _add_command(
+    p = add_command(
         subparsers,
         "write",
         commands.cmd_write,
@@ -290,7 +229,7 @@ def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         "partitions in the input), insert_overwrite_table, delete_partition.\n\n"
         "example:\n  inlet write /lake/trips --op upsert --input changes.jsonl",
     )
-    _add_path(p)
+    add_path(p)
     p.add_argument(
         "--op",
         required=True,
@@ -338,7 +277,7 @@ def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
 
 
 def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
-    p = _add_command(
+    p = add_command(
         subparsers,
         "read",
         commands.cmd_read,
@@ -350,7 +289,7 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         "example:\n  inlet read /lake/trips --filter 'city == sf' --filter 'fare >= 10' --columns id,fare\n"
         "  inlet read /lake/trips --query-type incremental --begin 20240501093000000 --output changes.parquet",
     )
-    _add_path(p)
+    add_path(p)
     p.add_argument(
         "--as-of",
         metavar="T",
@@ -390,20 +329,22 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
 
 
 def _add_timeline(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
-    p = _add_command(
+    p = add_command(
         subparsers,
         "timeline",
         commands.cmd_timeline,
         "list the table's instants (commits, rollbacks, ...)",
-        "List the instants of the active timeline: requested time, action, state and\n"
+        "List the instants of the active timeline (or, with --archived, of the LSM archived\n"
+        "timeline under .hoodie/timeline/history/): requested time, action, state and\n"
         "completion time, oldest first.",
     )
-    _add_path(p)
+    add_path(p)
     p.add_argument("--json", action="store_true", help="print one JSON object per instant")
+    p.add_argument("--archived", action="store_true", help="list the archived instants instead")
 
 
 def _add_rollback(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
-    p = _add_command(
+    p = add_command(
         subparsers,
         "rollback",
         commands.cmd_rollback,
@@ -411,7 +352,7 @@ def _add_rollback(subparsers: argparse._SubParsersAction[ArgumentParser]) -> Non
         "Roll back pending writes whose writer is gone (expired heartbeat) and finish\n"
         "interrupted rollbacks; prints the rolled-back instants as JSON.",
     )
-    _add_path(p)
+    add_path(p)
     p.add_argument(
         "--force",
         action="store_true",
@@ -495,10 +436,10 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
         description="Merge-on-Read compaction: merge file groups' log files into new base files.\n"
         "'schedule' writes a plan (<t>.compaction.requested) if a compaction is due, 'run'\n"
         "executes a pending plan, 'show' lists plans. Writers may keep writing meanwhile.",
-        formatter_class=_formatter,
+        formatter_class=formatter,
     )
     sub = p.add_subparsers(dest="compaction_command", metavar="COMMAND", required=True)
-    sched = _add_command(
+    sched = add_command(
         sub,
         "schedule",
         commands.cmd_compaction_schedule,
@@ -508,11 +449,11 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
         "Only log files of delta commits completed before the plan's instant are taken.\n\n"
         "example:\n  inlet compaction schedule /lake/trips --max-delta-commits 1",
     )
-    _add_path(sched)
+    add_path(sched)
     _add_compaction_plan_options(sched)
     _add_compaction_option(sched)
     add_coordinator_options(sched)
-    run = _add_command(
+    run = add_command(
         sub,
         "run",
         commands.cmd_compaction_run,
@@ -522,7 +463,7 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
         "A run that crashed earlier is rolled back first once its heartbeat has expired.\n\n"
         "example:\n  inlet compaction run /lake/trips --schedule --max-delta-commits 1",
     )
-    _add_path(run)
+    add_path(run)
     run.add_argument("--instant", metavar="T", help="the pending compaction to run (default the earliest)")
     run.add_argument("--schedule", action="store_true", help="schedule a compaction first (if due)")
     run.add_argument(
@@ -534,7 +475,7 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
     _add_compaction_option(run)
     add_engine_options(run)
     add_coordinator_options(run)
-    show = _add_command(
+    show = add_command(
         sub,
         "show",
         commands.cmd_compaction_show,
@@ -542,49 +483,8 @@ def _add_compaction(subparsers: argparse._SubParsersAction[ArgumentParser]) -> N
         "List the compactions on the active timeline: instant, state, completion time and the\n"
         "size of each plan; --json prints one object per compaction with its operations.",
     )
-    _add_path(show)
+    add_path(show)
     show.add_argument("--json", action="store_true", help="one JSON object per compaction (with operations)")
-
-
-def _add_clean(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
-    p = subparsers.add_parser(
-        "clean",
-        help="delete file slices outside the retained window, and show cleans",
-        description="Clean: delete the file slices no reader of the retained window needs, as Apache\n"
-        "Hudi's cleaner does (a clean instant with its plan and metadata). Policies: KEEP_LATEST_COMMITS\n"
-        "(hoodie.clean.commits.retained, default 10), KEEP_LATEST_BY_HOURS, KEEP_LATEST_FILE_VERSIONS.",
-        formatter_class=_formatter,
-    )
-    sub = p.add_subparsers(dest="clean_command", metavar="COMMAND", required=True)
-    run = _add_command(
-        sub,
-        "run",
-        commands.cmd_clean_run,
-        "finish interrupted cleans, then clean if anything is old enough",
-        "Finish interrupted cleans, roll back failed writes, then delete the file slices outside the\n"
-        "retained window; prints what was done as JSON ('instant' null when nothing was old enough).\n"
-        "--dry-run prints the plan instead and changes nothing.\n\n"
-        "example:\n  inlet clean run /lake/trips --option hoodie.clean.commits.retained=5",
-    )
-    _add_path(run)
-    run.add_argument(
-        "--option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="Hudi clean option, e.g. hoodie.clean.policy=KEEP_LATEST_FILE_VERSIONS (repeatable)",
-    )
-    run.add_argument("--dry-run", action="store_true", help="print the plan; delete and write nothing")
-    add_coordinator_options(run)
-    show = _add_command(
-        sub,
-        "show",
-        commands.cmd_clean_show,
-        "list the cleans on the active timeline",
-        "List the clean instants: state, policy, the earliest commit they retained and the files\n"
-        "they deleted (or will); --json prints one object per clean.",
-    )
-    _add_path(show)
-    show.add_argument("--json", action="store_true", help="one JSON object per clean")
 
 
 def build_parser() -> ArgumentParser:
@@ -592,8 +492,8 @@ def build_parser() -> ArgumentParser:
         prog=PROG,
         description=DESCRIPTION,
         epilog=EPILOG,
-        parents=[_common_options(suppress=False)],
-        formatter_class=_formatter,
+        parents=[common_options(suppress=False)],
+        formatter_class=formatter,
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_table(subparsers)
@@ -602,7 +502,8 @@ def build_parser() -> ArgumentParser:
     _add_timeline(subparsers)
     _add_rollback(subparsers)
     _add_compaction(subparsers)
-    _add_clean(subparsers)
+    add_clean_commands(subparsers)
+    add_archive_commands(subparsers)
     add_coordinator_commands(subparsers)
     add_catalog_commands(subparsers)
     add_dlq_commands(subparsers)

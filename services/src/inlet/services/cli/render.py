@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from inlet.services.cli import dataio
 
 MAX_CELL = 48
 
@@ -49,3 +53,8 @@ def format_mapping(data: Mapping[str, Any], indent: str = "") -> str:
         else:
             lines.append(f"{indent}{key}: {'null' if value is None else value}")
     return "\n".join(lines)
+
+
+def print_json(doc: Any) -> None:
+    """One JSON line on stdout (values JSON cannot hold made safe first)."""
+    sys.stdout.write(json.dumps(dataio.json_safe(doc)) + "\n")

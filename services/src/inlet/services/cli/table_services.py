@@ -22,7 +22,7 @@ SETTINGS: tuple[Setting, ...] = (
         "--services",
         "table services to run, in order (comma-separated)",
         kind="list",
-        default=("compaction", "clean"),
+        default=("compaction", "clean", "archive"),
         metavar="NAME[,NAME]",
     ),
     Setting(
@@ -40,7 +40,8 @@ DESCRIPTION = """\
 Follow the coordinator's commit events (inlet.commits) and, once a changed table's burst of commits
 has settled, run the table services due on it through the coordinator: compaction of Merge-on-Read
 tables (requested plans first, then a new plan when Hudi's triggers say one is due), then clean
-(the file slices outside the retained window, hoodie.clean.* options). One instance
+(the file slices outside the retained window, hoodie.clean.* options), then archive (old instants
+into the LSM archived timeline, hoodie.keep.min.commits / hoodie.keep.max.commits). One instance
 works on a table at a time (the table's "services" lock lease at the coordinator); a table that fails is
 retried with backoff, and its events are acknowledged only once a run handled them. Prints one JSON
 line when serving; /metrics and /healthz on --metrics-listen.

@@ -16,6 +16,12 @@ Clean (every table), as Apache Hudi's cleaner does after commits (see :mod:`inle
 interrupted cleans are finished, failed writes rolled back, and the file slices outside the
 retained window (``hoodie.clean.policy``, ``hoodie.clean.commits.retained`` = 10, ...) deleted.
 It runs after compaction, so the slices a compaction just replaced become cleanable.
+
+Archive (every table of version 8), as Apache Hudi archives after clean (see
+:mod:`inlet.core.actions.archive`): completed instants beyond ``hoodie.keep.max.commits`` move
+into the LSM archived timeline down to ``hoodie.keep.min.commits``, never past a pending instant,
+a savepoint, or what clean and compaction still need; it runs last, after the clean that
+decides what the cleaner still needs.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from inlet.core.timeline.instant import State, parse_instant_time
 STALE_PLAN_S = 60.0
 COMPACTION = "compaction"
 CLEAN = "clean"
-ALL_SERVICES = (COMPACTION, CLEAN)
+ARCHIVE = "archive"
+ALL_SERVICES = (COMPACTION, CLEAN, ARCHIVE)
 
 
 @dataclass
@@ -79,9 +86,18 @@ def run_clean(table: HudiTable, options: Mapping[str, str], run: ServiceRun, sta
         run.add(CLEAN, instant)
 
 
+def run_archive(table: HudiTable, options: Mapping[str, str], run: ServiceRun, stale_plan_s: float) -> None:
+    if table.version != 8:
+        run.skipped.append(f"archive: table version {table.version} has no LSM timeline Inlet writes")
+        return
+    for instant in table.archive(dict(options)).archived:
+        run.add(ARCHIVE, instant)
+
+
 SERVICES: dict[str, Callable[[HudiTable, Mapping[str, str], ServiceRun, float], None]] = {
     COMPACTION: run_compaction,
     CLEAN: run_clean,
+    ARCHIVE: run_archive,
 }
 
 

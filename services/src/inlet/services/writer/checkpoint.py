@@ -18,11 +18,15 @@ skipped. The consumer group's committed offsets are never used for this.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
+from inlet.core.config import TableConfig
 from inlet.core.storage import Storage
+from inlet.core.table import properties as props_io
 from inlet.core.timeline.active import Timeline
-from inlet.core.timeline.instant import Action
+from inlet.core.timeline.archived import ArchivedTimeline
+from inlet.core.timeline.commit_metadata import CommitMetadata
+from inlet.core.timeline.instant import Action, Instant
 
 CHECKPOINT_KEY = "deltastreamer.checkpoint.key"
 RANGES_KEY = "inlet.kafka.offset.ranges"
@@ -73,15 +77,42 @@ def table_checkpoint(
     storage: Storage, topic: str, timeline: Timeline | None = None, partitions: Iterable[int] | None = None
 ) -> dict[int, int]:
     """{partition: next offset} of ``topic`` from the table's completed commits, newest first
-    (the scan stops once every partition in ``partitions`` is found)."""
+    (the scan stops once every partition in ``partitions`` is found). A partition whose last
+    commit was archived is found in the archived timeline, as Hudi Streamer finds its checkpoint
+    after archival."""
     wanted = set(partitions) if partitions is not None else None
     tl = timeline or _load_timeline(storage)
     found: dict[int, int] = {}
-    instants = [i for i in tl.completed(_WRITE_ACTIONS)]
-    instants.sort(key=lambda i: (i.completion_time or i.time, i.time), reverse=True)
-    for instant in instants:
-        extra = tl.commit_metadata(instant).extra_metadata
-        text = extra.get(CHECKPOINT_KEY)
+    active: list[tuple[Instant, Callable[[Instant], CommitMetadata]]] = [
+        (i, tl.commit_metadata) for i in tl.completed(_WRITE_ACTIONS)
+    ]
+    if _scan(active, topic, found, wanted):
+        return found
+    props = props_io.read_properties(storage)
+    archived = ArchivedTimeline.load(
+        storage,
+        TableConfig.TIMELINE_LAYOUT_VERSION.require(props),
+        TableConfig.TIMELINE_PATH.require(props),
+        TableConfig.TIMELINE_HISTORY_PATH.require(props),
+    )
+    if tl.layout_version >= 2:
+        old: list[tuple[Instant, Callable[[Instant], CommitMetadata]]] = [
+            (i, archived.commit_metadata) for i in archived.instants if i.action in _WRITE_ACTIONS
+        ]
+        _scan(old, topic, found, wanted)
+    return found
+
+
+def _scan(
+    instants: list[tuple[Instant, Callable[[Instant], CommitMetadata]]],
+    topic: str,
+    found: dict[int, int],
+    wanted: set[int] | None,
+) -> bool:
+    """Add the offsets of ``instants`` (newest first) to ``found``; whether all ``wanted`` are found."""
+    instants.sort(key=lambda im: (im[0].completion_time or im[0].time, im[0].time), reverse=True)
+    for instant, metadata in instants:
+        text = metadata(instant).extra_metadata.get(CHECKPOINT_KEY)
         if not text:
             continue
         try:
@@ -93,14 +124,11 @@ def table_checkpoint(
         for p, off in offsets.items():
             found.setdefault(p, off)
         if wanted is not None and wanted <= found.keys():
-            break
-    return found
+            return True
+    return False
 
 
 def _load_timeline(storage: Storage) -> Timeline:
-    from inlet.core.config import TableConfig
-    from inlet.core.table import properties as props_io
-
     props = props_io.read_properties(storage)
     return Timeline.load(
         storage,
