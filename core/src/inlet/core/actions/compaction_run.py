@@ -48,6 +48,7 @@ from inlet.core.actions.compaction_plan import (
     schedule,
 )
 from inlet.core.commit import heartbeat, markers
+from inlet.core.commit.lifecycle import PendingInstant
 from inlet.core.commit.locks import table_lock
 from inlet.core.commit.protocol import check_still_pending
 from inlet.core.commit.result import CommitResult
@@ -83,7 +84,6 @@ from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time
 from inlet.core.write.files import ensure_partition_metadata
-from inlet.core.write.run import remove_stray_files
 
 log = logging.getLogger(__name__)
 AFTER_INFLIGHT = "compaction_after_inflight"
@@ -362,13 +362,10 @@ def run(
             removed = _roll_back_attempt(table, t)
             log.warning("rolled back the failed run of compaction %s (%d file(s) deleted)", t, len(removed))
         plan = read_plan(tl, t)
-        beat = heartbeat.Heartbeat(storage, t, interval).start()
-        try:
-            protocol.set_inflight(_requested(t))
-        except BaseException:
-            beat.stop()
-            raise
-    return _execute(table, t, plan, opts, beat, runner or _run_locally)
+        pending = PendingInstant.resume(storage, protocol, _requested(t), interval)
+        with pending.guard(lambda _: None):  # the plan stays requested: nothing to roll back yet
+            pending.set_inflight()
+    return _execute(table, pending, plan, opts, runner or _run_locally)
 
 
 def _run_locally(
@@ -406,17 +403,15 @@ def compaction_context(
 
 def _execute(
     table: TableHandle,
-    t: str,
+    pending: PendingInstant,
     plan: CompactionPlan,
     opts: dict[str, str],
-    beat: heartbeat.Heartbeat,
     runner: OperationsRunner,
 ) -> CommitResult:
-
     storage = table.storage
-    protocol = table.commit_protocol
+    t = pending.time
     started = time.monotonic()
-    try:
+    with pending.guard(lambda _: _roll_back_attempt(table, t)):
         faults.crash_point(AFTER_INFLIGHT)
         ctx = compaction_context(table, t, opts)
         metadata = CommitMetadata(operation_type=WriteOperation.COMPACT.value, compacted=True)
@@ -424,21 +419,11 @@ def _execute(
             metadata.add(stat)
         faults.crash_point(AFTER_DATA_FILES)
         metadata.extra_metadata = {SCHEMA_KEY: ctx.avro_schema}
-        remove_stray_files(storage, t, (s.path for s in metadata.write_stats()))
+        pending.remove_stray_files(s.path for s in metadata.write_stats())
         faults.crash_point(BEFORE_COMPLETE)
         with table_lock(storage):
-            check_still_pending(protocol.timeline(), _inflight(t))
-            done = protocol.finish(_inflight(t), metadata.to_bytes())
-    except BaseException:
-        beat.stop(delete=False)
-        try:
-            _roll_back_attempt(table, t)
-        except Exception:  # the inflight instant stays; the next run rolls it back
-            log.exception("rollback of the failed run of compaction %s failed", t)
-        heartbeat.delete(storage, t)
-        raise
-    beat.stop()
-    markers.delete_markers(storage, t)
+            check_still_pending(pending.protocol.timeline(), _inflight(t))
+            done = pending.finish(metadata.to_bytes())
     stats = metadata.write_stats()
     log.info(
         "compaction %s completed at %s: %d file group(s), %d log file(s), %d record(s) in %.3fs",

@@ -75,8 +75,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import DoubleType, FloatType, StructType
 
 from inlet.core.actions.rollback import rollback, rollback_failed_writes
-from inlet.core.commit import markers
 from inlet.core.commit.heartbeat import HEARTBEAT_DIR
+from inlet.core.commit.lifecycle import PendingInstant
 from inlet.core.config import BulkInsertSortMode, IndexType, TableType, WriteConfig, WriteOperation
 from inlet.core.errors import (
     InletError,
@@ -91,7 +91,7 @@ from inlet.core.schema import evolve, to_avro_schema
 from inlet.core.spark import types as spark_types
 from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
-from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time
+from inlet.core.timeline.instant import Action, Instant, normalize_instant_time
 from inlet.core.write.files import WriteContext, ensure_partition_metadata, write_file_group
 from inlet.core.write.plan import FileGroupWrite
 from inlet.core.write.prepare import DELETED, KEY, PARTITION, check_write_options, prepare
@@ -465,11 +465,11 @@ class HudiWriter(DataSourceArrowWriter):
         schema = evolve(current, incoming) if current is not None else incoming
         rollback_failed_writes(table)
         action = Action.DELTA_COMMIT if table.table_type is TableType.MERGE_ON_READ else Action.COMMIT
-        protocol = table.commit_protocol
-        instant = protocol.begin(action)
-        inflight = protocol.set_inflight(instant, CommitMetadata(operation_type=op.value).to_bytes())
-        writer = cls(path, options, op, inflight, schema, to_avro_schema(schema, table.name))
-        writer._lease(table).beat()
+        pending = PendingInstant(table.storage, table.commit_protocol, table.commit_protocol.begin(action))
+        with pending.guard(lambda instant: rollback(table, instant)):
+            inflight = pending.set_inflight(CommitMetadata(operation_type=op.value).to_bytes())
+            writer = cls(path, options, op, inflight, schema, to_avro_schema(schema, table.name))
+            writer._lease(table).beat()
         return writer
 
     def _lease(self, table: HudiTable) -> _Lease:
@@ -535,34 +535,25 @@ class HudiWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         table = _open(self.path)
-        try:
+        pending = self._pending(table)
+        with pending.guard(lambda instant: rollback(table, instant)):
             metadata = CommitMetadata(operation_type=self.operation.value)
             for m in messages:
                 if isinstance(m, FilesWritten):
                     for s in m.stats:
                         metadata.add(s)
             metadata.extra_metadata = {SCHEMA_KEY: self.avro_schema}
-            committed = {s.path for s in metadata.write_stats()}
-            for stray in markers.marked_files(table.storage, self.instant.time):
-                if stray not in committed:  # a failed or speculative task attempt's file
-                    table.storage.delete(stray)
+            pending.remove_stray_files(s.path for s in metadata.write_stats())
             self._lease(table).beat()
-            table.commit_protocol.complete(self.instant, metadata)
-        except BaseException:
-            self._rollback(table)
-            raise
-        table.storage.delete(f"{HEARTBEAT_DIR}/{self.instant.time}")
-        markers.delete_markers(table.storage, self.instant.time)
+            pending.complete(metadata)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._rollback(_open(self.path))
+        table = _open(self.path)
+        self._pending(table).abort(lambda instant: rollback(table, instant))
 
-    def _rollback(self, table: HudiTable) -> None:
-        try:
-            rollback(table, Instant(self.instant.time, self.instant.action, State.INFLIGHT))
-        except Exception:  # the pending instant stays; the next writer rolls it back
-            log.exception("rollback of failed instant %s failed", self.instant.time)
-        table.storage.delete(f"{HEARTBEAT_DIR}/{self.instant.time}")
+    def _pending(self, table: HudiTable) -> PendingInstant:
+        """The instant ``begin`` started (executors kept its heartbeat through their leases)."""
+        return PendingInstant(table.storage, table.commit_protocol, self.instant)
 
 
 __all__ = [

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from inlet.core import avro, faults
 from inlet.core.actions.rollback import rollback, rollback_failed_writes
-from inlet.core.commit import heartbeat, markers
+from inlet.core.commit.lifecycle import PendingInstant
 from inlet.core.commit.result import CommitResult
 from inlet.core.config import (
     IndexType,
@@ -31,7 +31,6 @@ from inlet.core.log import writer as logs
 from inlet.core.schema import (
     to_avro_schema,
 )
-from inlet.core.storage import Storage
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant
@@ -99,19 +98,6 @@ def write_context(
     )
 
 
-def remove_stray_files(storage: Storage, instant_time: str, written: Iterable[str]) -> list[str]:
-    """Delete the data files an instant's markers name but its write stats do not (``written``):
-    files of failed or duplicate (speculative) task attempts. Run before the instant completes, so
-    only the files of the committed stats are ever visible."""
-    keep = set(written)
-    stray = [f for f in markers.marked_files(storage, instant_time) if f not in keep]
-    for f in stray:
-        storage.delete(f)
-    if stray:
-        log.info("instant %s: deleted %d file(s) of failed or duplicate attempts", instant_time, len(stray))
-    return stray
-
-
 @dataclass
 class PlannedWrite:
     """What an engine planned: the workload profile for the inflight file, the files to write
@@ -152,15 +138,13 @@ def run_write(
             "HoodieRequestedReplaceMetadata",
             {"operationType": op.value, "clusteringPlan": None, "extraMetadata": None, "version": 1},
         )
-    check_write_options(options)  # engines check earlier too; nothing may fail between begin and try
+    check_write_options(options)  # engines check earlier too; nothing may fail between begin and guard
     interval = WriteConfig.HEARTBEAT_INTERVAL_MS.require(options)
-    protocol = table.commit_protocol
-    instant = protocol.begin(action, requested)
-    beat = heartbeat.Heartbeat(table.storage, instant.time, interval).start()
-    try:
+    pending = PendingInstant.begin(table.storage, table.commit_protocol, action, interval, requested)
+    with pending.guard(lambda instant: rollback(table, instant)):
         faults.crash_point(faults.AFTER_REQUESTED)
         planned = plan()
-        protocol.set_inflight(instant, planned.planned.to_bytes())
+        instant = pending.set_inflight(planned.planned.to_bytes())
         faults.crash_point(faults.AFTER_INFLIGHT)
         metadata = CommitMetadata(operation_type=op.value)
         for stat in planned.execute(instant):
@@ -174,19 +158,9 @@ def run_write(
         metadata.extra_metadata = {**extra_metadata}
         if avro_schema:
             metadata.extra_metadata[SCHEMA_KEY] = avro_schema
-        remove_stray_files(table.storage, instant.time, (s.path for s in metadata.write_stats()))
+        pending.remove_stray_files(s.path for s in metadata.write_stats())
         faults.crash_point(faults.BEFORE_COMPLETE)
-        done = protocol.complete(instant, metadata)
-    except BaseException:
-        beat.stop(delete=False)
-        try:
-            rollback(table, Instant(instant.time, action, instant.state))
-        except Exception:  # the pending instant stays; the next writer rolls it back
-            log.exception("rollback of failed instant %s failed", instant.time)
-        heartbeat.delete(table.storage, instant.time)
-        raise
-    beat.stop()
-    markers.delete_markers(table.storage, instant.time)
+        done = pending.complete(metadata)
     log.info("committed %s %s: %s", done.action, done.time, json.dumps(_counts(metadata)))
     return CommitResult(done.time, done.completion_time or "", done.action, op.value, metadata)
 
