@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import posixpath
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -287,15 +286,6 @@ def _roll_back_attempt(table: TableHandle, instant_time: str) -> list[str]:
     return files
 
 
-def _last_written_ms(storage: Storage, timeline: Timeline, instant_time: str) -> float | None:
-    times = [
-        float(f.mtime_ms)
-        for f in storage.list_files(timeline.dir)
-        if f.mtime_ms is not None and posixpath.basename(f.path).startswith(instant_time)
-    ]
-    return max(times) if times else None
-
-
 def _has_plan(timeline: Timeline, instant_time: str) -> bool:
     return timeline.storage.exists(timeline.path_of(_requested(instant_time)))
 
@@ -353,7 +343,7 @@ def run(
         _check_metadata_table(table, opts)
         t = target.time
         if target.state is State.INFLIGHT:
-            started = _last_written_ms(storage, tl, t)
+            started = tl.last_written_ms(t)
             if not force and not heartbeat.is_expired(storage, t, interval, started_ms=started):
                 raise CommitConflictError(
                     f"compaction {t} is running in another process (its heartbeat is alive); "

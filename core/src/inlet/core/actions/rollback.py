@@ -158,16 +158,6 @@ def rollback(table: TableHandle, instant: Instant) -> str:
     return rb.time
 
 
-def _last_written_ms(table: TableHandle, instant_time: str) -> float | None:
-    """When the instant's timeline files were last written (its writer's last sign of life)."""
-    times = [
-        float(f.mtime_ms)
-        for f in table.storage.list_files(table.load_timeline().dir)
-        if f.mtime_ms is not None and posixpath.basename(f.path).startswith(instant_time)
-    ]
-    return max(times) if times else None
-
-
 def rollback_failed_writes(table: TableHandle, force: bool = False) -> list[str]:
     """Finish interrupted rollbacks whose owner is gone, then roll back pending writes whose
     writer is gone (all of them with ``force``)."""
@@ -176,7 +166,7 @@ def rollback_failed_writes(table: TableHandle, force: bool = False) -> list[str]
         plan = read_plan(table, rb)
         target = plan["instantToRollback"]["commitTime"]
         if not force and not heartbeat.is_expired(
-            table.storage, rb.time, started_ms=_last_written_ms(table, rb.time)
+            table.storage, rb.time, started_ms=table.load_timeline().last_written_ms(rb.time)
         ):
             log.info("rollback %s of %s is under way in another process; leaving it", rb.time, target)
             busy.add(target)  # not ours to roll back again either
@@ -187,7 +177,7 @@ def rollback_failed_writes(table: TableHandle, force: bool = False) -> list[str]
     for inst in table.load_timeline().pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
         if inst.time in rolled:
             continue
-        started = _last_written_ms(table, inst.time)
+        started = table.load_timeline().last_written_ms(inst.time)
         if force or heartbeat.is_expired(table.storage, inst.time, started_ms=started):
             try:
                 rollback(table, inst)

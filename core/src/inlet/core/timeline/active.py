@@ -82,6 +82,16 @@ class Timeline:
         """Normalise a user's as-of time; readers see writes requested at or before it."""
         return normalize_instant_time(as_of)
 
+    def last_written_ms(self, instant_time: str) -> float | None:
+        """When the instant's timeline files were last written (its writer's last sign of life,
+        for instants whose heartbeat file is missing); lists the folder again."""
+        times = [
+            float(f.mtime_ms)
+            for f in self.storage.list_files(self.dir)
+            if f.mtime_ms is not None and posixpath.basename(f.path).startswith(instant_time)
+        ]
+        return max(times) if times else None
+
     def path_of(self, instant: Instant) -> str:
         return posixpath.join(self.dir, instant.file_name(self.layout_version))
 

@@ -16,7 +16,6 @@ after both the database's last issued time and the timeline's largest time
 from __future__ import annotations
 
 import logging
-import posixpath
 import time
 import uuid
 from collections.abc import Sequence
@@ -359,19 +358,10 @@ class Coordinator:
             return
         # not issued through the coordinator: core's heartbeat file (or the timeline files' age) decides
         storage = self.storage(table)
-        started = self._last_written_ms(storage, tl, target)
+        started = tl.last_written_ms(target)
         interval = heartbeat_interval_ms(table.heartbeat_timeout_ms)
         if not heartbeat.is_expired(storage, target, interval, HEARTBEAT_MISSES, started_ms=started):
             raise FailedPrecondition(f"instant {target} may still be written (its heartbeat is alive)")
-
-    @staticmethod
-    def _last_written_ms(storage: Storage, tl: Timeline, t: str) -> float | None:
-        times = [
-            float(f.mtime_ms)
-            for f in storage.list_files(tl.dir)
-            if f.mtime_ms is not None and posixpath.basename(f.path).startswith(t)
-        ]
-        return max(times) if times else None
 
     @staticmethod
     def _check_single_writer(tx: Tx, table: TableRow, writer_id: str) -> None:
