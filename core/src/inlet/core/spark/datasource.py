@@ -92,8 +92,8 @@ from inlet.core.spark import types as spark_types
 from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, normalize_instant_time
+from inlet.core.write.file_groups import FileGroupWrite
 from inlet.core.write.files import WriteContext, ensure_partition_metadata, write_file_group
-from inlet.core.write.plan import FileGroupWrite
 from inlet.core.write.prepare import DELETED, KEY, PARTITION, check_write_options, prepare
 
 if TYPE_CHECKING:

@@ -22,14 +22,12 @@ from inlet.core.keys import KeyGenerator
 from inlet.core.merge import dedupe as merging
 from inlet.core.schema import cast_to
 from inlet.core.spark import types as spark_types
-from inlet.core.spark.plan import BucketLayout, GroupSpec
+from inlet.core.spark.plan import GroupSpec, bucket_spec
 from inlet.core.spark.tasks import BUCKET, FILE_ID, SEQ, SEQ_SHIFT, TAGGED, maybe_crash, stat_json, task_ids
 from inlet.core.storage import Storage
+from inlet.core.write.buckets import BucketLayout
+from inlet.core.write.file_groups import FileGroupWrite, without_deletes
 from inlet.core.write.files import WriteContext, ensure_partition_metadata, write_file_group, write_log_group
-from inlet.core.write.plan import (
-    FileGroupWrite,
-    without_deletes,
-)
 from inlet.core.write.prepare import (
     DELETED,
     KEY,
@@ -246,6 +244,7 @@ class BucketJob:
     layout: BucketLayout
     combine: MergeMode | None  # how records are deduplicated by key first (None: they are not)
     check_log_deletes: bool  # soft deletes bound for log files need their ordering value
+    concat: bool  # insert / bulk_insert: appended to base files without merging stored records
     crash_at: str | None = None
 
 
@@ -287,7 +286,7 @@ def write_buckets(job: BucketJob, batches: Iterator[pa.RecordBatch]) -> Iterator
             rows = merging.dedupe(rows, job.combine, ctx.ordering_field)
         deleted = rows.column(DELETED)
         live = rows.num_rows - (pc.sum(deleted).as_py() or 0)
-        spec = layout.target(partition, bucket, rows.num_rows, live)
+        spec = bucket_spec(layout, job.concat, partition, bucket, rows.num_rows, live)
         if spec is None:
             continue
         if (partition, bucket) not in layout.existing:

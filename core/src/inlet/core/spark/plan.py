@@ -15,13 +15,11 @@ from inlet.core.errors import (
     InvalidInputError,
 )
 from inlet.core.file_group.view import BaseFile, FileSystemView
-from inlet.core.index.bucket import bucket_file_id_prefix, bucket_of_file_id, nbcc_bucket_file_id
 from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
-from inlet.core.write.plan import (
-    insert_slots,
-    latest_base_file,
-)
+from inlet.core.write.buckets import BucketLayout
+from inlet.core.write.file_groups import latest_base_file
+from inlet.core.write.plan import insert_slots
 
 
 @dataclass(frozen=True)
@@ -142,61 +140,30 @@ def _check_log_deletes(table: HudiTable, plan: SparkPlan, counts: Mapping[tuple[
             )
 
 
-@dataclass(frozen=True)
-class BucketLayout:
-    """Where the records of each (partition path, bucket) of a bucket-index write go: the file
-    groups that exist (from the driver's view of the table) and how a missing one is named and
-    written. Plain values, so that executors can route records themselves."""
+def bucket_spec(
+    layout: BucketLayout, concat: bool, partition: str, bucket: int, rows: int, live: int
+) -> GroupSpec | None:
+    """The core's bucket routing (:class:`~inlet.core.write.buckets.BucketLayout`) as the Spark
+    plan's group spec: ``rows`` records of the bucket, ``live`` of them not deletes; ``concat``
+    for insert and bulk_insert, which append to a base file without merging stored records."""
+    t = layout.target(partition, bucket, live)
+    if t is None:
+        return None
+    return GroupSpec(
+        0,
+        partition,
+        t.file_id,
+        t.base_file,
+        explicit=layout.explicit and not t.new,
+        concat=concat and not t.log,
+        log=t.log,
+        tagged=t.tagged,
+        rows=live if t.new else rows,
+    )
 
-    existing: Mapping[tuple[str, int], tuple[str, BaseFile | None]]
-    mor: bool
-    nbcc: bool
-    replace: bool
-    explicit: bool  # the delete operation: its deletes win regardless of ordering
-    concat: bool  # insert / bulk_insert: appended without merging stored records
-    bulk: bool = False  # bulk_insert: a new file group gets a base file, also on Merge-on-Read
 
-    @classmethod
-    def of(cls, table: HudiTable, op: WriteOperation, view: FileSystemView) -> BucketLayout:
-        mor = table.table_type is TableType.MERGE_ON_READ
-        existing: dict[tuple[str, int], tuple[str, BaseFile | None]] = {}
-        if not op.is_replace:
-            for s in view.latest_file_slices():
-                b = bucket_of_file_id(s.file_id)
-                if b is not None:
-                    base = s.base_file if mor else latest_base_file(view, s.partition, s.file_id)
-                    existing[(s.partition, b)] = (s.file_id, base)
-        return cls(
-            existing,
-            mor,
-            table.meta.nbcc,
-            op.is_replace,
-            op is WriteOperation.DELETE,
-            op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT),
-            op is WriteOperation.BULK_INSERT,
-        )
-
-    def target(self, partition: str, bucket: int, rows: int, live: int) -> GroupSpec | None:
-        """The file group of a bucket's ``rows`` incoming records (``live`` of them not deletes),
-        or None when there is nothing to write: deletes only, and no file group to delete from.
-        A new file group takes only the live records."""
-        found = self.existing.get((partition, bucket))
-        if found is not None:
-            file_id, base = found
-            mor = self.mor
-            return GroupSpec(
-                0, partition, file_id, base, self.explicit, self.concat and not mor, mor, mor, rows
-            )
-        if self.explicit or live == 0:
-            return None
-        log_only = self.mor and not self.replace and not self.bulk
-        if log_only and self.nbcc:
-            file_id = nbcc_bucket_file_id(bucket)
-        else:
-            file_id = bucket_file_id_prefix(bucket) + "-0"
-        return GroupSpec(
-            0, partition, file_id, None, False, self.concat and not log_only, log_only, False, live
-        )
+def concatenates(op: WriteOperation) -> bool:
+    return op in (WriteOperation.INSERT, WriteOperation.BULK_INSERT)
 
 
 def plan_buckets(
@@ -204,11 +171,12 @@ def plan_buckets(
 ) -> SparkPlan:
     """Bucket index, from counts: every record goes to its bucket's file group (new ones for
     replace operations)."""
-    layout = BucketLayout.of(table, op, view)
+    layout = BucketLayout.of(table.meta, op, view)
+    concat = concatenates(op)
     plan = SparkPlan()
     per_group: dict[tuple[str, str], Counts] = {}
     for (p, b), c in sorted(counts.items()):
-        spec = layout.target(p, b, c.rows, c.live)
+        spec = bucket_spec(layout, concat, p, b, c.rows, c.live)
         if spec is None:
             continue
         plan.groups[(p, spec.file_id)] = spec

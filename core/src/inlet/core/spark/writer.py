@@ -31,7 +31,7 @@ Copy-on-Write and Merge-on-Read tables with the simple or the bucket index:
    (partition path, key) first, ``PARTITION_SORT`` sorts each task's rows), as Hudi's bulk insert.
 **The bucket index in one pass** (every operation but the replace ones): steps 2 to 5 collapse into
 one job, since the file group of a record follows from its bucket alone. The driver reads which file
-group holds each (partition, bucket) off the view (:class:`~inlet.core.spark.plan.BucketLayout`); the keyed records are
+group holds each (partition, bucket) off the view (:class:`~inlet.core.write.buckets.BucketLayout`); the keyed records are
 shuffled once by (partition, bucket), and each task dedupes what it holds by key (the core's
 :func:`~inlet.core.merge.dedupe.dedupe`: the reduce side of the aggregation, the shuffle having brought
 every record of a key to it), routes and writes its buckets (:func:`~inlet.core.spark.executors.write_buckets`). No counting job
@@ -116,7 +116,7 @@ from inlet.core.spark.executors import (
     write_buckets,
     write_bulk,
 )
-from inlet.core.spark.plan import BucketLayout, Counts, SparkPlan, plan_buckets, plan_simple, replace_targets
+from inlet.core.spark.plan import Counts, SparkPlan, concatenates, plan_buckets, plan_simple, replace_targets
 from inlet.core.spark.tasks import (
     _ROW,
     BUCKET,
@@ -134,10 +134,9 @@ from inlet.core.table.facade import HudiTable
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Instant
 from inlet.core.write import prepare
+from inlet.core.write.buckets import BucketLayout
 from inlet.core.write.files import ensure_partition_metadata
-from inlet.core.write.plan import (
-    records_per_file,
-)
+from inlet.core.write.plan import records_per_file
 from inlet.core.write.prepare import (
     DELETED,
     KEY,
@@ -544,7 +543,7 @@ def _bucket_write(
     needed first. The inflight instant therefore carries no workload profile."""
     op, keyed = prepared.op, prepared.keyed
     assert keyed is not None
-    layout = BucketLayout.of(table, op, view)
+    layout = BucketLayout.of(table.meta, op, view)
     mor_event_time = (
         layout.mor and table.merge_mode is MergeMode.EVENT_TIME_ORDERING and bool(table.ordering_field)
     )
@@ -552,7 +551,9 @@ def _bucket_write(
 
     def execute(instant: Instant) -> list[WriteStat]:
         ctx = write_context(table, instant.time, op, prepared.schema, prepared.avro_schema, options)
-        job = BucketJob(ctx, layout, prepared.combine, mor_event_time, options.get(opt.CRASH_AT))
+        job = BucketJob(
+            ctx, layout, prepared.combine, mor_event_time, concatenates(op), options.get(opt.CRASH_AT)
+        )
         shuffled = keyed.repartition(parallelism, col(PARTITION), col(BUCKET))
         out = shuffled.mapInArrow(partial(write_buckets, job), STATS_SCHEMA)
         rows: list[Row] = run_job("writing files", out.collect)

@@ -33,7 +33,7 @@ from inlet.core.schema import (
 )
 from inlet.core.storage import Storage
 from inlet.core.timeline.commit_metadata import WriteStat
-from inlet.core.write.plan import FileGroupWrite, without_deletes
+from inlet.core.write.file_groups import FileGroupWrite, without_deletes
 from inlet.core.write.prepare import DELETED, KEY, PARTITION
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -21,36 +20,12 @@ from inlet.core.file_group.view import (
     FileSystemView,
     new_file_id,
 )
-from inlet.core.index.bucket import bucket_file_id_prefix, bucket_ids, bucket_of_file_id
 from inlet.core.index.simple import locate_in_base_files
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.instant import Action
-from inlet.core.write.prepare import DELETED, KEY, PARTITION, PreparedBatch
-
-
-@dataclass
-class FileGroupWrite:
-    """One file group's share of a write."""
-
-    partition: str
-    file_id: str
-    base_file: BaseFile | None
-    records: pa.Table  # incoming records routed here (data columns + KEY/PARTITION/DELETED)
-    explicit_deletes: bool = False  # deletes from the delete operation win regardless of ordering
-    # insert / bulk_insert: append to the base file without merging stored records of the same key
-    # (Apache Hudi's concat handle; hoodie.merge.allow.duplicate.on.inserts defaults to true)
-    concat: bool = False
-    # Merge-on-Read: append one new log file (data block + delete block) instead of a base file
-    log: bool = False
-    # log appends: the index found the file group for these records (Hudi's tagged location), so
-    # its data records count as updates; records for a new (log-only) file group are inserts
-    tagged: bool = False
-
-
-@dataclass
-class WritePlan:
-    file_groups: list[FileGroupWrite] = field(default_factory=list)
-    replaced: dict[str, list[str]] | None = None
+from inlet.core.write.buckets import BucketLayout, bucket_groups
+from inlet.core.write.file_groups import FileGroupWrite, WritePlan, latest_base_file, without_deletes
+from inlet.core.write.prepare import KEY, PARTITION, PreparedBatch
 
 
 def _avg_record_size(view: FileSystemView, default: int) -> int:
@@ -88,9 +63,10 @@ def plan_cow_write(
     lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)
     if op is WriteOperation.BULK_INSERT:
         by_partition = {p: _sort_bulk(r, options) for p, r in by_partition.items()}
+    layout = BucketLayout.of(table.meta, op, view) if table.meta.index_type is IndexType.BUCKET else None
     for p, recs in by_partition.items():
-        if table.meta.index_type is IndexType.BUCKET:
-            plan.file_groups.extend(_bucket_groups(table, p, recs, view, explicit))
+        if layout is not None:
+            plan.file_groups.extend(bucket_groups(layout, table.meta, p, recs))
             continue
         if lookup:
             located = locate_in_base_files(table, view, p, recs)
@@ -169,11 +145,6 @@ def _merge_same_groups(plan: WritePlan) -> WritePlan:
     return plan
 
 
-def latest_base_file(view: FileSystemView, partition: str, file_id: str) -> BaseFile | None:
-    g = view.groups.get((partition, file_id))
-    return g.latest if g else None
-
-
 def _sort_bulk(records: pa.Table, options: dict[str, str]) -> pa.Table:
     mode = WriteConfig.BULK_INSERT_SORT_MODE.get(options)
     if mode in (BulkInsertSortMode.GLOBAL_SORT, BulkInsertSortMode.PARTITION_SORT):
@@ -182,48 +153,6 @@ def _sort_bulk(records: pa.Table, options: dict[str, str]) -> pa.Table:
             pc.sort_indices(records, sort_keys=[(PARTITION, "ascending"), (KEY, "ascending")])
         )
     return records
-
-
-def _bucket_groups(
-    table: TableHandle, p: str, recs: pa.Table, view: FileSystemView, explicit: bool, replace: bool = False
-) -> list[FileGroupWrite]:
-    """Route records to their bucket's file group (a new one per bucket when ``replace``)."""
-    existing: dict[int, str] = {}
-    for g in [] if replace else view.file_groups(p):
-        b = bucket_of_file_id(g.file_id)
-        if b is not None:
-            existing[b] = g.file_id
-    out = []
-    for b, rows in _by_bucket(table, recs):
-        fid = existing.get(b)
-        if fid is None:
-            if explicit or not pc.any(pc.invert(rows.column(DELETED))).as_py():
-                continue  # nothing to delete in a bucket that has no file group yet
-            fid = bucket_file_id_prefix(b) + "-0"
-        out.append(FileGroupWrite(p, fid, latest_base_file(view, p, fid), rows, explicit))
-    return out
-
-
-def without_deletes(recs: pa.Table) -> pa.Table:
-    """The records not flagged as deletes (the table itself, uncopied, when none is)."""
-    flags = recs.column(DELETED)
-    return recs.filter(pc.invert(flags)) if pc.any(flags).as_py() else recs
-
-
-def _by_bucket(table: TableHandle, recs: pa.Table) -> list[tuple[int, pa.Table]]:
-    """The records of each bucket (buckets ascending, records in their input order)."""
-    buckets = np.asarray(
-        bucket_ids(recs.column(KEY), list(table.meta.bucket_hash_fields), table.meta.num_buckets).to_numpy()
-    )
-    order = np.argsort(buckets, kind="stable")
-    grouped = recs if bool(np.all(np.diff(order) > 0)) else recs.take(pa.array(order))
-    ordered = buckets[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else ordered
-    ends = [*starts[1:].tolist(), len(ordered)]
-    return [
-        (int(ordered[s]), grouped.slice(int(s), e - int(s)))
-        for s, e in zip(starts.tolist(), ends, strict=True)
-    ]
 
 
 def _new_file_groups(
@@ -243,7 +172,9 @@ def _new_file_groups(
     ``not_small``: file ids never taken as small files (MOR file groups with log files).
     """
     if table.meta.index_type is IndexType.BUCKET:
-        return _bucket_groups(table, p, recs, view, explicit=False, replace=replace)
+        assert replace, "bucket-index writes route by BucketLayout; only replace ones get here"
+        layout = BucketLayout.of(table.meta, WriteOperation.INSERT_OVERWRITE, view)
+        return bucket_groups(layout, table.meta, p, recs)
     out = []
     offset = 0
     slots = insert_slots(table, p, recs.num_rows, view, options, small_files and not replace, not_small)

@@ -12,60 +12,18 @@ from inlet.core.config import (
     WriteOperation,
 )
 from inlet.core.errors import UnsupportedError
-from inlet.core.file_group.view import (
-    FileSlice,
-)
-from inlet.core.index.bucket import bucket_file_id_prefix, bucket_of_file_id, nbcc_bucket_file_id
 from inlet.core.index.simple import locate_in_slices
 from inlet.core.table.handle import TableHandle
+from inlet.core.write.buckets import BucketLayout, bucket_groups
+from inlet.core.write.file_groups import FileGroupWrite, WritePlan, without_deletes
 from inlet.core.write.plan import (
-    FileGroupWrite,
-    WritePlan,
-    _by_bucket,
     _merge_same_groups,
     _new_file_groups,
     _plan_replace,
     _sort_bulk,
     _split_by_partition,
-    without_deletes,
 )
 from inlet.core.write.prepare import PreparedBatch, check_soft_delete_ordering
-
-
-def _mor_bucket_groups(
-    table: TableHandle, p: str, recs: pa.Table, slices: Sequence[FileSlice], explicit: bool, bulk: bool
-) -> list[FileGroupWrite]:
-    """Bucket index on MOR: every record goes to a log file of its bucket's file group.
-
-    No lookup: a record of a bucket whose file group exists is an update of that file group (Hudi's
-    tagged location), whether or not the key is stored there. A bucket without a file group gets a
-    new, log-only one (no base file), as Apache Hudi's bucket index writes MOR tables, except under
-    ``bulk``: bulk inserts write a new bucket's base file (Hudi's bucket bulk-insert writer). Under
-    non-blocking concurrency control its id is the fixed ``<bucket>-0000-0000-0000-000000000000-0``
-    so that concurrent writers agree on it.
-    """
-    existing: dict[int, FileSlice] = {}
-    for s in slices:
-        b = bucket_of_file_id(s.file_id)
-        if b is not None:
-            existing[b] = s
-    nbcc = table.meta.nbcc
-    out = []
-    for b, rows in _by_bucket(table, recs):
-        current = existing.get(b)
-        if current is not None:
-            out.append(
-                FileGroupWrite(p, current.file_id, current.base_file, rows, explicit, log=True, tagged=True)
-            )
-            continue
-        if explicit:
-            continue
-        rows = without_deletes(rows)  # nothing to delete in a new file group
-        if rows.num_rows == 0:
-            continue
-        fid = nbcc_bucket_file_id(b) if nbcc else bucket_file_id_prefix(b) + "-0"
-        out.append(FileGroupWrite(p, fid, None, rows, log=not bulk))
-    return out
 
 
 def plan_mor_write(
@@ -97,11 +55,11 @@ def plan_mor_write(
     lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)
     if op is WriteOperation.BULK_INSERT:
         by_partition = {p: _sort_bulk(r, options) for p, r in by_partition.items()}
+    layout = BucketLayout.of(table.meta, op, view) if table.meta.index_type is IndexType.BUCKET else None
     for p, recs in by_partition.items():
         slices = view.latest_file_slices(p)
-        if table.meta.index_type is IndexType.BUCKET:
-            bulk = op is WriteOperation.BULK_INSERT
-            plan.file_groups.extend(_mor_bucket_groups(table, p, recs, slices, explicit, bulk))
+        if layout is not None:
+            plan.file_groups.extend(bucket_groups(layout, table.meta, p, recs))
             continue
         if lookup:
             by_id = {s.file_id: s for s in slices}

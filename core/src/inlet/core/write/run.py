@@ -34,8 +34,9 @@ from inlet.core.schema import (
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant
+from inlet.core.write.file_groups import WritePlan
 from inlet.core.write.files import WriteContext, ensure_partition_metadata, write_file_group, write_log_group
-from inlet.core.write.plan import WritePlan, plan_cow_write
+from inlet.core.write.plan import plan_cow_write
 from inlet.core.write.plan_mor import plan_mor_write
 from inlet.core.write.prepare import (
     DELETED,
