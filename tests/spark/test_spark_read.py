@@ -35,9 +35,10 @@ from pyspark.sql.types import (
 )
 
 from inlet.core import HudiTable
+from inlet.core.read.options import ReadOptions
 from inlet.core.schema import META_COLUMNS
 from inlet.core.spark import datasource
-from inlet.core.spark.datasource import HudiPushdownReader, ReadOptions, SlicePartition, register
+from inlet.core.spark.datasource import HudiPushdownReader, SlicePartition, SparkRead, register
 
 READER_VERSIONS = ("1", "2")
 # meta columns every reader agrees on (file names and seqnos of merged records may differ by reader)
@@ -285,7 +286,7 @@ def test_projection_reads_only_the_asked_columns(hudi_spark: SparkSession, table
     for df in (by_option, by_schema):
         assert_same_rows(spark_rows(df), want, ["id", "fare"], f"projection {df.columns}")
     # the plan each task receives asks the files for these columns only
-    reader = HudiPushdownReader(ReadOptions(table.base_path), by_schema.schema)
+    reader = HudiPushdownReader(SparkRead(table.base_path, ReadOptions()), by_schema.schema)
     parts = reader.partitions()
     assert parts and all(isinstance(p, SlicePartition) for p in parts)
     assert {tuple(p.plan.read_schema.names) for p in parts} == {("fare", "id")}

@@ -27,13 +27,12 @@ from inlet.core.errors import InvalidInputError
 from inlet.core.file_group.reader import BlockFilter, merge_columns, read_file_slice
 from inlet.core.file_group.view import BaseFile, CommittedInstants, FileSlice
 from inlet.core.merge.records import DEBEZIUM_UNAVAILABLE_VALUE, MergeConfig
+from inlet.core.read.options import Filter, QueryType
 from inlet.core.schema import META_COLUMNS, cast_to, meta_schema
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.instant import normalize_instant_time
 
-Filter = tuple[str, str, Any]
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in"}
-QUERY_TYPES = ("snapshot", "read_optimized")
 # Hudi's FILL_UNAVAILABLE partial-update marker (RECORD_MERGE_PROPERTY_PREFIX + "partial.update.unavailable.value")
 
 
@@ -173,13 +172,6 @@ def merge_config(table: TableHandle) -> MergeConfig:
     )
 
 
-def _query_type(query_type: str) -> str:
-    qt = query_type.strip().lower().replace("-", "_")
-    if qt not in QUERY_TYPES:
-        raise InvalidInputError(f"unknown query type {query_type!r} (use one of {', '.join(QUERY_TYPES)})")
-    return qt
-
-
 @dataclass
 class ReadPlan:
     """What a read returns and which file slices it reads (after partition pruning).
@@ -205,14 +197,17 @@ def plan_read(
     columns: Sequence[str] | None = None,
     filters: Sequence[Filter] | None = None,
     meta_columns: bool = True,
-    query_type: str = "snapshot",
+    query_type: QueryType | str = QueryType.SNAPSHOT,
 ) -> ReadPlan:
-    """The file slices a read of ``table`` touches (partition-pruned by ``filters``) and its schemas."""
-    qt = _query_type(query_type)
+    """The file slices a snapshot or read-optimized read of ``table`` touches (partition-pruned by
+    ``filters``) and its schemas."""
+    qt = QueryType.parse(query_type)
+    if qt is QueryType.INCREMENTAL:
+        raise InvalidInputError("incremental queries read a range of commits: use read_changes")
     as_of_t = normalize_instant_time(as_of) if as_of else None
     snap = table.snapshot(as_of_t)
     view = snap.view
-    merge_logs = qt == "snapshot" and table.meta.table_type is TableType.MERGE_ON_READ
+    merge_logs = qt is QueryType.SNAPSHOT and table.meta.table_type is TableType.MERGE_ON_READ
     if merge_logs:
         slices = view.latest_file_slices()
     else:
@@ -276,7 +271,7 @@ def read_table(
     columns: Sequence[str] | None = None,
     filters: Sequence[Filter] | None = None,
     meta_columns: bool = True,
-    query_type: str = "snapshot",
+    query_type: QueryType | str = QueryType.SNAPSHOT,
 ) -> pa.Table:
     plan = plan_read(table, as_of, columns, filters, meta_columns, query_type)
     pieces = [piece for fs in plan.slices for piece in read_slice(table, plan, fs)]

@@ -86,7 +86,8 @@ from inlet.core.errors import (
     UnsupportedError,
 )
 from inlet.core.file_group.view import FileSlice, new_file_id
-from inlet.core.read.snapshot import Filter, ReadPlan, filter_expression, plan_read, read_slice
+from inlet.core.read.options import Filter, QueryType, ReadOptions
+from inlet.core.read.snapshot import ReadPlan, filter_expression, plan_read, read_slice
 from inlet.core.schema import evolve, to_avro_schema
 from inlet.core.spark import types as spark_types
 from inlet.core.table.facade import HudiTable
@@ -146,42 +147,35 @@ def _open(path: str) -> HudiTable:
 
 
 @dataclass(frozen=True)
-class ReadOptions:
-    """The read options of one ``spark.read.format("hudi")`` call, validated."""
+class SparkRead:
+    """One ``spark.read.format("hudi")`` call's options, validated: the table, the core's
+    :class:`~inlet.core.read.options.ReadOptions`, and whether filters are pushed down."""
 
     path: str
-    query_type: str = "snapshot"
-    as_of: str | None = None
-    meta_columns: bool = True
-    columns: tuple[str, ...] | None = None
-    filters: tuple[Filter, ...] = ()
+    read: ReadOptions
     pushdown: bool = False
 
     @staticmethod
-    def parse(options: Mapping[str, str]) -> ReadOptions:
-        qt = str(options.get(QUERY_TYPE) or "snapshot").strip().lower().replace("-", "_")
-        if qt == "incremental":
+    def parse(options: Mapping[str, str]) -> SparkRead:
+        qt = QueryType.parse(str(options.get(QUERY_TYPE) or QueryType.SNAPSHOT.value))
+        if qt is QueryType.INCREMENTAL or options.get(BEGIN_INSTANT):
             raise UnsupportedError(
                 "incremental queries (hoodie.datasource.query.type=incremental) are not supported by "
-                "Inlet's reader yet; use time travel (as.of.instant) or filter on _hoodie_commit_time"
-            )
-        if qt not in ("snapshot", "read_optimized"):
-            raise InvalidConfigError(f"{QUERY_TYPE} must be snapshot or read_optimized, got {qt!r}")
-        if options.get(BEGIN_INSTANT):
-            raise UnsupportedError(
-                f"{BEGIN_INSTANT} needs an incremental query, which Inlet does not support yet"
+                "Inlet's Spark data source yet; use HudiTable.read_changes or inlet read --query-type "
+                "incremental, or time travel (as.of.instant)"
             )
         as_of = options.get(AS_OF)
         cols = options.get(COLUMNS_OPTION)
-        columns = tuple(c.strip() for c in str(cols).split(",") if c.strip()) if cols else None
-        return ReadOptions(
-            path=_path(options),
-            query_type=qt,
-            as_of=_as_of_instant(str(as_of)) if as_of else None,
-            meta_columns=_flag(options, META_COLUMNS_OPTION, True),
-            columns=columns,
-            filters=_filters_option(options.get(FILTERS_OPTION)),
-            pushdown=_flag(options, PUSHDOWN_OPTION, False),
+        return SparkRead(
+            _path(options),
+            ReadOptions.of(
+                qt,
+                as_of=_as_of_instant(str(as_of)) if as_of else None,
+                columns=[c.strip() for c in str(cols).split(",") if c.strip()] if cols else None,
+                filters=_filters_option(options.get(FILTERS_OPTION)),
+                meta_columns=_flag(options, META_COLUMNS_OPTION, True),
+            ),
+            _flag(options, PUSHDOWN_OPTION, False),
         )
 
 
@@ -212,16 +206,17 @@ def _as_of_instant(text: str) -> str:
     return normalize_instant_time(t)
 
 
-def table_schema(opts: ReadOptions, filters: Sequence[Filter] = ()) -> tuple[ReadPlan, StructType]:
+def table_schema(opts: SparkRead, filters: Sequence[Filter] = ()) -> tuple[ReadPlan, StructType]:
     """The read plan (driver side) and the Spark schema of its rows."""
     table = _open(opts.path)
+    r = opts.read
     plan = plan_read(
         table,
-        as_of=opts.as_of,
-        columns=list(opts.columns) if opts.columns is not None else None,
-        filters=[*opts.filters, *filters],
-        meta_columns=opts.meta_columns,
-        query_type=opts.query_type,
+        as_of=r.as_of,
+        columns=list(r.columns) if r.columns is not None else None,
+        filters=[*r.filters, *filters],
+        meta_columns=r.meta_columns,
+        query_type=r.query_type,
     )
     return plan, spark_types.from_arrow_schema(plan.out_schema)
 
@@ -271,13 +266,15 @@ def _spark_filter_to_inlet(f: Any, schema: StructType) -> Filter | None:
 class HudiReader(DataSourceReader):
     """Plans one input partition per file slice; reads a slice per task."""
 
-    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+    def __init__(self, opts: SparkRead, schema: StructType) -> None:
         self.opts = opts
         self.schema = schema
         self.filters: list[Filter] = []
 
     def _plan(self) -> ReadPlan:
-        opts = dataclasses.replace(self.opts, columns=tuple(self.schema.fieldNames()))
+        opts = dataclasses.replace(
+            self.opts, read=dataclasses.replace(self.opts.read, columns=tuple(self.schema.fieldNames()))
+        )
         plan, _ = table_schema(opts, self.filters)
         return plan
 
@@ -324,11 +321,11 @@ class HudiDataSource(DataSource):
         return "hudi"
 
     def schema(self) -> StructType:
-        _, schema = table_schema(ReadOptions.parse(self.options))
+        _, schema = table_schema(SparkRead.parse(self.options))
         return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        opts = ReadOptions.parse(self.options)
+        opts = SparkRead.parse(self.options)
         if opts.pushdown:
             return HudiPushdownReader(opts, schema)
         return HudiReader(opts, schema)
@@ -562,7 +559,7 @@ __all__ = [
     "HudiReader",
     "HudiWriter",
     "InletDataSource",
-    "ReadOptions",
+    "SparkRead",
     "read",
     "register",
 ]

@@ -34,6 +34,7 @@ from inlet.core.errors import InvalidConfigError, TableExistsError, UnsupportedE
 from inlet.core.file_group.view import FileSystemView
 from inlet.core.keys import KeyGenerator, TimestampPartitioning
 from inlet.core.read.incremental import Changes, read_incremental
+from inlet.core.read.options import QueryType
 from inlet.core.read.snapshot import read_table
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
@@ -312,7 +313,7 @@ class HudiTable(TableHandle):
         columns: Sequence[str] | None = None,
         filters: Sequence[tuple[str, str, Any]] | None = None,
         meta_columns: bool = True,
-        query_type: str = "snapshot",
+        query_type: QueryType | str = QueryType.SNAPSHOT,
     ) -> pa.Table:
         """Snapshot read (latest completed instant, or ``as_of`` an instant time).
 

@@ -1,0 +1,85 @@
+"""What a read asks for, once for every reader (the Python API, the CLI, the Spark data source):
+the query type (Hudi's ``hoodie.datasource.query.type``), the instant it reads as of, or the
+completion-time range of an incremental query, columns, filters and meta columns."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from inlet.core.errors import InvalidInputError
+
+Filter = tuple[str, str, Any]
+
+
+class QueryType(enum.StrEnum):
+    """Hudi's query types: ``snapshot`` merges Merge-on-Read log files into their base files,
+    ``read_optimized`` reads base files only, ``incremental`` reads what commits completed in a
+    range of completion times wrote."""
+
+    SNAPSHOT = "snapshot"
+    READ_OPTIMIZED = "read_optimized"
+    INCREMENTAL = "incremental"
+
+    @classmethod
+    def parse(cls, value: QueryType | str) -> QueryType:
+        if isinstance(value, QueryType):
+            return value
+        text = value.strip().lower().replace("-", "_")
+        try:
+            return cls(text)
+        except ValueError:
+            raise InvalidInputError(
+                f"unknown query type {value!r} (use one of {', '.join(q.value for q in cls)})"
+            ) from None
+
+
+@dataclass(frozen=True)
+class InstantRange:
+    """Commits whose completion time is in ``(begin, end]`` (``end`` None: up to the latest)."""
+
+    begin: str
+    end: str | None = None
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """One read's request. ``as_of`` (snapshot and read-optimized) and ``range`` (incremental)
+    exclude each other."""
+
+    query_type: QueryType = QueryType.SNAPSHOT
+    as_of: str | None = None
+    range: InstantRange | None = None
+    columns: tuple[str, ...] | None = None
+    filters: tuple[Filter, ...] = ()
+    meta_columns: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        query_type: QueryType | str = QueryType.SNAPSHOT,
+        as_of: str | None = None,
+        columns: Sequence[str] | None = None,
+        filters: Sequence[Filter] | None = None,
+        meta_columns: bool = True,
+        begin: str | None = None,
+        end: str | None = None,
+    ) -> ReadOptions:
+        qt = QueryType.parse(query_type)
+        if qt is QueryType.INCREMENTAL:
+            if not begin:
+                raise InvalidInputError("an incremental query needs a begin instant")
+            if as_of:
+                raise InvalidInputError("an incremental query reads a range of commits, not as of an instant")
+        elif begin or end:
+            raise InvalidInputError(f"begin/end instants apply to incremental queries, not {qt.value}")
+        return cls(
+            qt,
+            as_of,
+            InstantRange(begin, end) if begin else None,
+            tuple(columns) if columns is not None else None,
+            tuple(filters or ()),
+            meta_columns,
+        )
