@@ -5,9 +5,10 @@ Run ``.venv/bin/python benchmarks/table_services.py --help``.
 A Merge-on-Read table (simple index, ``--partitions`` partitions, ``--rows`` rows loaded first) takes
 ``--commits`` upserts of ``--batch`` rows each. ``without``: nothing else runs. ``with``: after every
 commit the table services run as ``inlet table-services`` runs them (compaction when Hudi's trigger
-says so, ``hoodie.compact.inline.max.delta.commits`` = 5, then clean, 10 commits retained). Reported
-per run: data files and timeline files at the end, the snapshot read time at the end, the time the
-commits took, and the median / max cost of one services run. Both final reads must be equal (checked).
+says so, ``hoodie.compact.inline.max.delta.commits`` = 5, then clean, 10 commits retained, then archive
+with Hudi's defaults: 20 to 30 commits active). Reported per run: data files and active-timeline files
+at the end, the snapshot read time at the end, the time the commits took, and the median / max cost
+of one services run. Both final reads must be equal (checked).
 Prints a table, then one JSON object.
 """
 
