@@ -1,4 +1,4 @@
-"""``inlet compaction schedule|run|show: Merge-on-Read compaction (see inlet.core.actions.compaction_plan)``."""
+"""``inlet compaction schedule|run|show``: Merge-on-Read compaction (see :mod:`inlet.core.actions.compaction_plan`)."""
 
 from __future__ import annotations
 

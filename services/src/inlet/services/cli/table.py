@@ -1,4 +1,4 @@
-"""``inlet table create|describe: create a Hudi table, show its configuration``."""
+"""``inlet table create|describe``: create a Hudi table, show its configuration."""
 
 from __future__ import annotations
 

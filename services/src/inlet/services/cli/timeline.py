@@ -1,4 +1,4 @@
-"""``inlet timeline and inlet rollback: list a table's instants (active or archived), roll back failed writes``."""
+"""``inlet timeline`` and ``inlet rollback``: list a table's instants (active or archived), roll back failed writes."""
 
 from __future__ import annotations
 
