@@ -26,14 +26,16 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hudi import HudiReadOptions, HudiTableBuilder
+from hudi import HudiTableBuilder
 
 from inlet.core import CommitResult, HudiTable
 from inlet.core.keys import TimestampPartitioning
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from model import (
+from support.hudi_rs import READER_VERSIONS
+from support.hudi_rs import read as hudi_read
+from support.model import (
     COMMIT_TIME,
     EVENT_TIME,
     PARTITION_PATH,
@@ -48,7 +50,6 @@ FILE_NAME = "_hoodie_file_name"
 META = (COMMIT_TIME, RECORD_KEY, PARTITION_PATH)
 ALL_META = ("_hoodie_commit_time", SEQNO, RECORD_KEY, PARTITION_PATH, FILE_NAME)
 REPLACE_OPS = {"insert_overwrite", "insert_overwrite_table", "delete_partition"}
-READER_VERSIONS = ("1", "2")
 
 # Java date patterns used by the tests -> strftime, written out by hand (not Inlet's translator)
 _JAVA_PATTERNS = {"yyyy/MM/dd": "%Y/%m/%d", "yyyy-MM-dd": "%Y-%m-%d", "yyyyMMdd": "%Y%m%d"}
@@ -75,24 +76,6 @@ def canonical(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> list
     """Rows restricted to ``columns``, normalised and sorted by (key, partition, commit, values)."""
     out = [{c: normalize(r.get(c)) for c in columns} for r in rows]
     return sorted(out, key=lambda r: (r[RECORD_KEY], r[PARTITION_PATH], r[COMMIT_TIME], repr(r)))
-
-
-def hudi_read(base_path: str, version: str, as_of: str | None = None) -> pa.Table | None:
-    """Read with hudi-rs; None when it returns no batches (an empty table)."""
-    table = (
-        HudiTableBuilder.from_base_uri(base_path)
-        .with_hudi_option("hoodie.read.file.group.reader.version", version)
-        .build()
-    )
-    options = HudiReadOptions()
-    if as_of is not None:
-        options = options.with_as_of_timestamp(as_of)
-    batches = table.read(options)
-    if not batches:
-        return None
-    # hudi-rs returns each file's batches with that file's schema (files written before a schema
-    # change lack the new columns, or carry narrower types): unify them the way a query engine would
-    return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
 
 
 def hudi_timeline(base_path: str, version: str) -> tuple[list[str], list[str]]:

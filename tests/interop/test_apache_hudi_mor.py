@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
-from hudi_testdata import MOR_TABLES, TableCache, available
+from support.hudi_testdata import MOR_TABLES, TableCache, available
 
 from inlet.core import HudiTable
 from inlet.core.errors import CorruptFileError, UnsupportedError

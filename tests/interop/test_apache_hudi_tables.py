@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
-from hudi_testdata import COW_TABLES, MOR_TABLES, V6_TABLES, TableCache, available
+from support.hudi_testdata import COW_TABLES, MOR_TABLES, V6_TABLES, TableCache, available
 
 import inlet.core.read.snapshot as readers
 from inlet.core import HudiTable

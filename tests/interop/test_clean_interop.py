@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hudi_testdata import COW_TABLES, MOR_TABLES, available, extract
+from support.hudi_testdata import COW_TABLES, MOR_TABLES, available, extract
 
 from inlet.core import HudiTable
 from inlet.core.errors import UnsupportedError

@@ -32,7 +32,7 @@ from typing import Any
 import fastavro
 import pyarrow.parquet as pq
 import pytest
-from hudi_testdata import available, extract
+from support.hudi_testdata import available, extract
 from test_mor_interop import (
     COMMIT_TIME_ORDERING,
     EVENT_TIME,

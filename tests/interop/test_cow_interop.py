@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pytest
-from model import CowModel, ModelConfig
+from support.model import CowModel, ModelConfig
 
 from inlet.core.errors import SchemaError
 

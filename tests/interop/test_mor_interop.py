@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
-from model import (
+from support.model import (
     COMMIT_TIME,
     COMMIT_TIME_ORDERING,
     EVENT_TIME,

@@ -18,7 +18,7 @@ from inlet.core.spark.datasource import register
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "interop"))
 
-from hudi_testdata import COW_TABLES, MOR_TABLES, TableCache, available
+from support.hudi_testdata import COW_TABLES, MOR_TABLES, TableCache, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="../shared/testdata/hudi-tables is not present")
 

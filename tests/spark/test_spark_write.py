@@ -32,7 +32,7 @@ from inlet.core.timeline.instant import Instant
 from inlet.core.write import run as write_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from model import hudi_bucket
+from support.model import hudi_bucket
 
 TRIPS = "uuid string, city string, ts long, fare double"
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support import hudi_rs
 
 from inlet.core import HudiTable
 from inlet.core.storage import Storage
@@ -77,14 +78,7 @@ def read_inlet(path: Path) -> dict[int, dict[str, Any]]:
 
 
 def read_hudi_rs(path: Path, version: str) -> dict[int, dict[str, Any]]:
-    from hudi import HudiReadOptions, HudiTableBuilder
-
-    table = (
-        HudiTableBuilder.from_base_uri(str(path))
-        .with_hudi_option("hoodie.read.file.group.reader.version", version)
-        .build()
-    )
-    got = pa.Table.from_batches(table.read(HudiReadOptions())).select(["id", "name", "ts"]).to_pylist()
+    got = hudi_rs.read_table(str(path), version).select(["id", "name", "ts"]).to_pylist()
     return {r["id"]: r for r in got}
 
 

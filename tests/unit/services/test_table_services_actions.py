@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from hudi import HudiReadOptions, HudiTableBuilder
+from support import hudi_rs
 
 from inlet.core import HudiTable
 from inlet.core.timeline.instant import State
@@ -68,9 +68,6 @@ def test_the_services_keep_a_long_lived_table_bounded_and_readable(tmp_path: Pat
     assert len(t.archived_timeline().instants) >= 60 - len(t.timeline.instants)
     data_files = [p for p in Path(path).rglob("*") if p.is_file() and ".hoodie" not in p.parts]
     assert len(data_files) < 40  # 60 commits without services leave >= 60 log files
-    for reader in ("1", "2"):
-        hudi_rs = HudiTableBuilder.from_base_uri(path).with_hudi_option(
-            "hoodie.read.file.group.reader.version", reader
-        )
-        rows = pa.Table.from_batches(hudi_rs.build().read(HudiReadOptions())).select(["id", "ts"])
+    for reader in hudi_rs.READER_VERSIONS:
+        rows = hudi_rs.read_table(path, reader).select(["id", "ts"])
         assert {r["id"]: r["ts"] for r in rows.to_pylist()} == model, reader

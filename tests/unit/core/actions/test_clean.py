@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import all_reads, rows, run_python, trips
+from support.tables import all_reads, rows, run_python, trips
 
 from inlet.core import HudiTable
 from inlet.core.errors import InvalidOptionError

@@ -46,7 +46,7 @@ from inlet.core.errors import (
 from inlet.core.file_group.view import BaseFile, FileSystemView, LogFile, list_data_files
 from inlet.core.timeline.instant import Action, Instant, State, format_instant_time, parse_instant_time
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[4]
 PLAN_SCHEMA = REPO_ROOT / "core/src/inlet/core/avro/HoodieCompactionPlan.avsc"
 DUE = {"hoodie.compact.inline.max.delta.commits": "1"}
 META = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_record_key", "_hoodie_partition_path")

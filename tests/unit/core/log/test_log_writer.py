@@ -39,7 +39,7 @@ from inlet.core.log.blocks import BlockType, DeleteRecord, HeaderKey
 from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema, to_avro_schema
 from inlet.core.storage import Storage
 
-TESTDATA = Path(__file__).resolve().parents[3].parent / "shared" / "testdata" / "hudi-tables"
+TESTDATA = Path(__file__).resolve().parents[4].parent / "shared" / "testdata" / "hudi-tables"
 
 V9_TABLE = "sample_table_mor_avro_v9_txns_simple_meta"
 V9_DATA_LOG = (

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import all_reads, run_python, trips
+from support.tables import all_reads, run_python, trips
 
 from inlet.core import HudiTable
 from inlet.core.actions.archive import ArchiveResult, archive
