@@ -25,7 +25,7 @@ from inlet.core.spark import types as spark_types
 from inlet.core.spark.plan import GroupSpec, bucket_spec
 from inlet.core.spark.tasks import BUCKET, FILE_ID, SEQ, SEQ_SHIFT, TAGGED, maybe_crash, stat_json, task_ids
 from inlet.core.storage import Storage
-from inlet.core.write.buckets import BucketLayout
+from inlet.core.write.buckets import BucketLayout, runs
 from inlet.core.write.file_groups import FileGroupWrite, without_deletes
 from inlet.core.write.files import WriteContext, ensure_partition_metadata, write_file_group, write_log_group
 from inlet.core.write.prepare import (
@@ -248,19 +248,6 @@ class BucketJob:
     crash_at: str | None = None
 
 
-def _runs(*columns: pa.ChunkedArray) -> list[tuple[int, int]]:
-    """(start, end) of the runs of equal values of ``columns`` (rows sorted by them)."""
-    n = len(columns[0])
-    if n == 0:
-        return []
-    change = np.zeros(n - 1, dtype=bool)
-    for c in columns:
-        a = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
-        change |= np.asarray(pc.not_equal(a.slice(0, n - 1), a.slice(1)).to_numpy(zero_copy_only=False))
-    starts = [0, *(np.flatnonzero(change) + 1).tolist()]
-    return list(zip(starts, [*starts[1:], n], strict=True))
-
-
 def write_buckets(job: BucketJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body of :class:`BucketJob`: for each (partition, bucket) the task holds, in
     arrival order, dedupe, then append a log file or write a new base file of the bucket's file
@@ -278,7 +265,7 @@ def write_buckets(job: BucketJob, batches: Iterator[pa.RecordBatch]) -> Iterator
     out_schema = pa.schema([("partition", pa.string()), ("stat", pa.string())])
     partitions: set[str] = set()
     written = 0
-    for start, end in _runs(data.column(PARTITION), data.column(BUCKET)):
+    for start, end in runs(data.column(PARTITION), data.column(BUCKET)):
         rows = data.slice(start, end - start)
         partition = rows.column(PARTITION)[0].as_py()
         bucket = rows.column(BUCKET)[0].as_py()

@@ -77,7 +77,14 @@ from pyspark.sql.types import (
 )
 
 from inlet.core.errors import SchemaError
-from inlet.core.schema import META_COLUMNS, from_avro_schema, meta_schema, normalize_schema, to_avro_schema
+from inlet.core.schema import (
+    META_COLUMNS,
+    cast_to,
+    from_avro_schema,
+    meta_schema,
+    normalize_schema,
+    to_avro_schema,
+)
 
 UTC = "UTC"
 SPARK_MAX_DECIMAL_PRECISION = 38
@@ -262,19 +269,7 @@ def conform(data: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
     Spark requires of what a Python data source yields. Millisecond timestamps widen to micros,
     list items are renamed ``element``, missing columns become nulls."""
     table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
-    columns = []
-    for f in schema:
-        if f.name in table.column_names:
-            col = table.column(f.name)
-            if not col.type.equals(f.type):
-                try:
-                    col = col.cast(f.type)
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise SchemaError(f"column {f.name!r}: cannot convert {col.type} to {f.type}: {e}") from e
-            columns.append(col)
-        else:
-            columns.append(pa.nulls(table.num_rows, f.type))
-    return pa.Table.from_arrays(columns, schema=schema)
+    return cast_to(table, schema)
 
 
 __all__ = [

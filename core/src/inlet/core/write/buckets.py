@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from inlet.core.config import TableType, WriteOperation
 from inlet.core.file_group.view import BaseFile, FileSystemView
@@ -86,6 +87,19 @@ class BucketLayout:
         return BucketTarget(file_id, None, log=log_only, tagged=False, new=True)
 
 
+def runs(*columns: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:
+    """(start, end) of the runs of equal values of ``columns`` (rows sorted by them)."""
+    n = len(columns[0])
+    if n == 0:
+        return []
+    change = np.zeros(n - 1, dtype=bool)
+    for c in columns:
+        a = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+        change |= np.asarray(pc.not_equal(a.slice(0, n - 1), a.slice(1)).to_numpy(zero_copy_only=False))
+    starts = [0, *(np.flatnonzero(change) + 1).tolist()]
+    return list(zip(starts, [*starts[1:], n], strict=True))
+
+
 def by_bucket(meta: TableMeta, recs: pa.Table) -> list[tuple[int, pa.Table]]:
     """The records of each bucket (buckets ascending, records in their input order)."""
     buckets = np.asarray(
@@ -94,12 +108,7 @@ def by_bucket(meta: TableMeta, recs: pa.Table) -> list[tuple[int, pa.Table]]:
     order = np.argsort(buckets, kind="stable")
     grouped = recs if bool(np.all(np.diff(order) > 0)) else recs.take(pa.array(order))
     ordered = buckets[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(ordered) else ordered
-    ends = [*starts[1:].tolist(), len(ordered)]
-    return [
-        (int(ordered[s]), grouped.slice(int(s), e - int(s)))
-        for s, e in zip(starts.tolist(), ends, strict=True)
-    ]
+    return [(int(ordered[s]), grouped.slice(s, e - s)) for s, e in runs(pa.array(ordered))]
 
 
 def bucket_groups(
