@@ -51,3 +51,29 @@ def test_incremental_read_and_resume(tmp_path: Path) -> None:
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "--begin" in missing.stderr
     bad = run("read", path, "--query-type", "incremental", "--begin", "yesterday")
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "yesterday" in bad.stderr
+
+
+def test_min_delta_and_append_only_from_the_cli(tmp_path: Path) -> None:
+    path = tmp_path / "t"
+    t = HudiTable.create(str(path), name="t", record_key="id", ordering_field="ts")
+    start = t.write(pa.table({"id": [1, 2], "ts": [1, 1], "v": [10, 20]}), "upsert").completion_time
+    t.write(pa.table({"id": [2, 3], "ts": [2, 2], "v": [21, 30]}), "upsert")
+    end = t.delete(pa.table({"id": [1]})).completion_time
+
+    delta = run(
+        "read", path, "--query-type", "min_delta", "--begin", start, "--end", end, "--columns", "id,v"
+    )
+    assert delta.returncode == 0, delta.stderr
+    got = {
+        r["record_key"]: (r["op"], r["before"], r["after"])
+        for r in map(json.loads, delta.stdout.splitlines())
+    }
+    assert got == {
+        "1": ("d", {"id": 1, "v": 10}, None),
+        "2": ("u", {"id": 2, "v": 20}, {"id": 2, "v": 21}),
+        "3": ("i", None, {"id": 3, "v": 30}),
+    }
+    appended = run("read", path, "--query-type", "append_only", "--begin", start, "--no-meta")
+    assert [(r["id"], r["v"]) for r in map(json.loads, appended.stdout.splitlines())] == [(3, 30)]
+    no_begin = run("read", path, "--query-type", "min_delta")
+    assert no_begin.returncode == 2 and "--begin" in no_begin.stderr

@@ -36,6 +36,27 @@ class QueryType(enum.StrEnum):
             ) from None
 
 
+class ChangeFormat(enum.StrEnum):
+    """What an incremental query returns (Hudi's ``hoodie.datasource.query.incremental.format``
+    has ``latest_state``; ``min_delta`` and ``append_only`` are Inlet's, see
+    :mod:`inlet.core.read.net_changes`)."""
+
+    LATEST_STATE = "latest_state"
+    MIN_DELTA = "min_delta"
+    APPEND_ONLY = "append_only"
+
+    @classmethod
+    def parse(cls, value: ChangeFormat | str) -> ChangeFormat:
+        if isinstance(value, ChangeFormat):
+            return value
+        try:
+            return cls(value.strip().lower().replace("-", "_"))
+        except ValueError:
+            raise InvalidInputError(
+                f"unknown change format {value!r} (use one of {', '.join(f.value for f in cls)})"
+            ) from None
+
+
 @dataclass(frozen=True)
 class InstantRange:
     """Commits whose completion time is in ``(begin, end]`` (``end`` None: up to the latest)."""

@@ -30,12 +30,14 @@ from inlet.core.config import (
     TableType,
     WriteOperation,
 )
-from inlet.core.errors import InvalidConfigError, TableExistsError, UnsupportedError
+from inlet.core.errors import InvalidConfigError, InvalidInputError, TableExistsError, UnsupportedError
 from inlet.core.file_group.view import FileSystemView
 from inlet.core.keys import KeyGenerator, TimestampPartitioning
 from inlet.core.read.incremental import Changes, read_incremental
-from inlet.core.read.options import QueryType
+from inlet.core.read.net_changes import read_append_only, read_min_delta
+from inlet.core.read.options import ChangeFormat, QueryType
 from inlet.core.read.snapshot import read_table
+from inlet.core.schema import META_COLUMNS
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
 from inlet.core.table.handle import TableHandle
@@ -336,11 +338,23 @@ class HudiTable(TableHandle):
         columns: Sequence[str] | None = None,
         filters: Sequence[tuple[str, str, Any]] | None = None,
         meta_columns: bool = True,
+        format: ChangeFormat | str = ChangeFormat.LATEST_STATE,
     ) -> Changes:
-        """Incremental query (latest state): the records written by the commits completed in
-        ``(begin, end]`` as of the window's end; ``.resume_from`` is the next ``begin``. See
-        :mod:`inlet.core.read.incremental`."""
-        return read_incremental(self, begin, end, columns, filters, meta_columns)
+        """What the commits completed in ``(begin, end]`` changed; ``.resume_from`` is the next
+        ``begin``. ``format``: ``latest_state`` (Hudi's incremental query: the records they wrote,
+        as of the window's end, see :mod:`inlet.core.read.incremental`), ``min_delta`` (per key the
+        net change, with before and after images) or ``append_only`` (the records they inserted),
+        see :mod:`inlet.core.read.net_changes`; those two take no ``filters``."""
+        kind = ChangeFormat.parse(format)
+        if kind is ChangeFormat.LATEST_STATE:
+            return read_incremental(self, begin, end, columns, filters, meta_columns)
+        if filters:
+            raise InvalidInputError(f"{kind.value} change queries take no filters")
+        read = read_min_delta if kind is ChangeFormat.MIN_DELTA else read_append_only
+        window, rows = read(self, begin, end, columns)
+        if kind is ChangeFormat.APPEND_ONLY and not meta_columns and columns is None:
+            rows = rows.select([c for c in rows.column_names if c not in META_COLUMNS])
+        return Changes(rows, window)
 
     def rollback_failed_writes(self, force: bool = False) -> list[str]:
         """Roll back pending writes whose writers are gone (all pending writes with ``force``)."""

@@ -11,12 +11,20 @@ from typing import Any
 import pyarrow as pa
 
 from inlet.core import HudiTable
+from inlet.core.read.options import ChangeFormat
 from inlet.services.cli import commit, dataio, engine, filters, options
 from inlet.services.cli.errors import EXIT_OK, UsageError
 from inlet.services.cli.render import print_json
 from inlet.services.logs import log_event
 
 log = logging.getLogger("inlet.cli")
+
+# --query-type values that read what a window of commits changed, and their change format
+CHANGE_QUERIES = {
+    "incremental": ChangeFormat.LATEST_STATE,
+    "min_delta": ChangeFormat.MIN_DELTA,
+    "append_only": ChangeFormat.APPEND_ONLY,
+}
 
 SORT_MODE_OPTION = "hoodie.bulkinsert.sort.mode"
 
@@ -131,15 +139,24 @@ def cmd_read(args: argparse.Namespace) -> int:
     started = time.monotonic()
     columns = options.split_list(args.columns, "--columns")
     row_filters = filters.parse_filters(args.filter)
-    incremental = args.query_type == "incremental"
-    if incremental != bool(args.begin) or (args.end and not incremental):
-        raise UsageError("--begin (and --end) go with --query-type incremental, which needs --begin")
+    change_query = args.query_type in CHANGE_QUERIES
+    if change_query != bool(args.begin) or (args.end and not change_query):
+        raise UsageError(
+            "--begin (and --end) go with --query-type incremental, min_delta or append_only, which need --begin"
+        )
     resume_from = None
-    if incremental:
+    if change_query:
         if args.engine == "spark" or args.as_of:
-            raise UsageError("--query-type incremental reads with the local engine and takes no --as-of")
+            raise UsageError(
+                f"--query-type {args.query_type} reads with the local engine and takes no --as-of"
+            )
         changes = table.read_changes(
-            args.begin, args.end, columns=columns, filters=row_filters, meta_columns=not args.no_meta
+            args.begin,
+            args.end,
+            columns=columns,
+            filters=row_filters,
+            meta_columns=not args.no_meta,
+            format=CHANGE_QUERIES[args.query_type],
         )
         result, resume_from = changes.table, changes.resume_from
         if args.limit is not None:

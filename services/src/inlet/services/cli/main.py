@@ -167,20 +167,21 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
     )
     p.add_argument(
         "--query-type",
-        choices=("snapshot", "read_optimized", "incremental"),
+        choices=("snapshot", "read_optimized", "incremental", "min_delta", "append_only"),
         default="snapshot",
         help="snapshot merges Merge-on-Read log files; read_optimized reads base files only "
         "(default snapshot; the same for Copy-on-Write tables); incremental: the latest state of the "
-        "records written by the commits completed in (--begin, --end]",
+        "records written by the commits completed in (--begin, --end]; min_delta: per key the net "
+        "change of that window (op i/u/d, before and after images); append_only: the records it inserted",
     )
     p.add_argument(
         "--begin",
         metavar="T",
-        help="incremental: completion time after which commits count (exclusive); the 'resume_from' "
-        "of the previous query",
+        help="incremental, min_delta, append_only: completion time after which commits count "
+        "(exclusive); the 'resume_from' of the previous query",
     )
     p.add_argument(
-        "--end", metavar="T", help="incremental: last completion time that counts (default: latest)"
+        "--end", metavar="T", help="change queries: last completion time that counts (default: latest)"
     )
     p.add_argument("--columns", metavar="a,b", help="columns to return, in this order (default all)")
     p.add_argument(

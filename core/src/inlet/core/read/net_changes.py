@@ -1,0 +1,147 @@
+"""Net change queries over a window of commits, the two change streams Apache Hudi lacks.
+
+The window is the incremental query's (:mod:`inlet.core.read.incremental`): the write commits
+whose completion time is in ``(begin, end]``, compactions and clustering excluded. Both queries
+compare, for the record keys of the file groups the window's commits touched (or of every file
+group when ``begin`` precedes the active timeline), the table's state **before** the window (as of
+the last write completed at or before ``begin``) with its state at the window's **end**:
+
+- **min-delta**: per key, the net effect of the window: nothing when the key's data is the same at
+  both ends (an update chain that came back, or an insert deleted again inside the window), else
+  one ``i`` (insert: absent before), one ``d`` (delete: absent at the end) or one ``u`` (update)
+  row, with the ``before`` image at the window's start and the ``after`` image at its end (data
+  columns, as structs). ``commit_time`` is the ``_hoodie_commit_time`` of the after image (null for
+  deletes: the deleting commit leaves no record).
+- **append-only**: the records inserted by the window (absent before it, present at its end), as
+  plain rows with their meta columns, for consumers that treat a table as an event log.
+
+The "before" state is read as of the last write *requested* at or before the window's start, which
+is the state of the commits completed by then unless a write requested earlier completed inside
+the window (concurrent writers): such a write's records count as changed by the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from inlet.core.errors import UnsupportedError
+from inlet.core.read.incremental import ChangeWindow, change_window
+from inlet.core.read.snapshot import plan_read, read_slice
+from inlet.core.schema import META_COLUMNS, MetaField
+from inlet.core.table.handle import TableHandle
+from inlet.core.timeline.active import Timeline
+
+KEY: str = MetaField.RECORD_KEY.value
+COMMIT_TIME: str = MetaField.COMMIT_TIME.value
+INSERT, UPDATE, DELETE = "i", "u", "d"
+
+
+def _read_groups(
+    table: TableHandle, as_of: str | None, groups: set[tuple[str, str]] | None, columns: Sequence[str] | None
+) -> pa.Table:
+    """The table as of ``as_of``, restricted to ``groups`` (None: every file group)."""
+    wanted = None if columns is None else list(dict.fromkeys([KEY, COMMIT_TIME, *columns]))
+    plan = plan_read(table, as_of, wanted, None, meta_columns=True)
+    if groups is not None:
+        plan.slices = [s for s in plan.slices if (s.partition, s.file_id) in groups]
+    pieces = [p for fs in plan.slices for p in read_slice(table, plan, fs)]
+    return pa.concat_tables(pieces) if pieces else plan.out_schema.empty_table()
+
+
+def _start_instant(timeline: Timeline, begin: str) -> str | None:
+    """The last write completed at or before ``begin`` (the state before the window), by its
+    requested time; None when none had completed (the table was empty)."""
+    done = [i for i in timeline.completed_writes() if (i.completion_time or i.time) <= begin]
+    return max((i.time for i in done), default=None)
+
+
+def _ends(
+    table: TableHandle, begin: str, end: str | None, columns: Sequence[str] | None
+) -> tuple[ChangeWindow, pa.Table, pa.Table]:
+    if not table.meta.populate_meta_fields:
+        raise UnsupportedError(
+            "change queries need the _hoodie_* meta fields (this table has hoodie.populate.meta.fields=false)"
+        )
+    timeline = table.load_timeline()
+    window = change_window(timeline, begin, end)
+    if not window.instants:
+        empty = _read_groups(table, None, set(), columns)
+        return window, empty, empty
+    groups: set[tuple[str, str]] | None = None
+    if not window.full_scan:
+        groups = set()
+        for inst in window.instants:
+            groups |= timeline.commit_metadata(inst).touched_file_groups()
+    last = max(i.time for i in window.instants)
+    start = _start_instant(timeline, window.begin)
+    before = (
+        _read_groups(table, start, groups, columns) if start else _read_groups(table, None, set(), columns)
+    )
+    after = _read_groups(table, last, groups, columns)
+    return window, before, after
+
+
+def _data_columns(t: pa.Table, columns: Sequence[str] | None) -> list[str]:
+    return list(columns) if columns is not None else [c for c in t.column_names if c not in META_COLUMNS]
+
+
+def read_min_delta(
+    table: TableHandle, begin: str, end: str | None = None, columns: Sequence[str] | None = None
+) -> tuple[ChangeWindow, pa.Table]:
+    """The net change of every key the window changed: ``op``, ``record_key``, ``commit_time``,
+    ``before`` and ``after`` (structs of the data columns, or of ``columns``)."""
+    window, before, after = _ends(table, begin, end, columns)
+    data = _data_columns(after if after.num_columns else before, columns)
+    before_rows = {r[KEY]: r for r in before.to_pylist()}
+    after_rows = {r[KEY]: r for r in after.to_pylist()}
+    in_window = {i.time for i in window.instants}
+    out: list[dict[str, Any]] = []
+    for key in sorted(before_rows.keys() | after_rows.keys()):
+        b, a = before_rows.get(key), after_rows.get(key)
+        b_img = {c: b.get(c) for c in data} if b is not None else None
+        a_img = {c: a.get(c) for c in data} if a is not None else None
+        if a is not None and b is None:
+            op = INSERT
+        elif a is None and b is not None:
+            op = DELETE
+        elif a is not None and a[COMMIT_TIME] in in_window and a_img != b_img:
+            op = UPDATE
+        else:
+            continue
+        out.append(
+            {
+                "op": op,
+                "record_key": key,
+                "commit_time": a[COMMIT_TIME] if a is not None else None,
+                "before": b_img,
+                "after": a_img,
+            }
+        )
+    image = pa.struct([(after if after.num_columns else before).schema.field(c) for c in data])
+    schema = pa.schema(
+        [
+            ("op", pa.string()),
+            ("record_key", pa.string()),
+            ("commit_time", pa.string()),
+            ("before", image),
+            ("after", image),
+        ]
+    )
+    return window, pa.Table.from_pylist(out, schema=schema)
+
+
+def read_append_only(
+    table: TableHandle, begin: str, end: str | None = None, columns: Sequence[str] | None = None
+) -> tuple[ChangeWindow, pa.Table]:
+    """The records the window inserted (absent before it, present at its end), with their meta
+    columns (or ``columns``)."""
+    window, before, after = _ends(table, begin, end, columns)
+    existed = pa.array(before.column(KEY).to_pylist() if before.num_rows else [], pa.string())
+    fresh = after.filter(pc.invert(pc.is_in(after.column(KEY), value_set=existed)))
+    if columns is not None:
+        fresh = fresh.select(list(columns))
+    return window, fresh
