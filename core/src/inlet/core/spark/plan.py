@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inlet.core.config import (
-    MergeMode,
     TableType,
     WriteOperation,
 )
@@ -20,6 +19,7 @@ from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.write.buckets import BucketLayout
 from inlet.core.write.file_groups import latest_base_file
 from inlet.core.write.plan import insert_slots
+from inlet.core.write.prepare import delete_ordering_field, null_ordering_deletes_error
 
 
 @dataclass(frozen=True)
@@ -128,16 +128,13 @@ def _slots(plan: SparkPlan, partition: str, slots: Sequence[tuple[str, BaseFile 
 
 
 def _check_log_deletes(table: HudiTable, plan: SparkPlan, counts: Mapping[tuple[str, str], Counts]) -> None:
-    """The core's rule: soft deletes appended to logs need their ordering value (EVENT_TIME)."""
-    ordering = table.ordering_field
-    if table.merge_mode is not MergeMode.EVENT_TIME_ORDERING or not ordering:
+    """The core's rule (:func:`~inlet.core.write.prepare.delete_ordering_field`), from counts."""
+    ordering = delete_ordering_field(table.meta)
+    if not ordering:
         return
     for key, g in plan.groups.items():
         if g.log and not g.explicit and counts.get(key, Counts(0, 0)).null_ordering_deletes:
-            raise InvalidInputError(
-                f"_hoodie_is_deleted rows need a value in the ordering field {ordering!r} on a "
-                "Merge-on-Read table (the delete block records it)"
-            )
+            raise null_ordering_deletes_error(ordering)
 
 
 def bucket_spec(

@@ -146,6 +146,7 @@ from inlet.core.write.prepare import (
     combines,
     delete_key_fields,
     delete_key_schema,
+    delete_ordering_field,
     write_schema,
 )
 from inlet.core.write.run import PlannedWrite, run_write, write_context
@@ -544,9 +545,7 @@ def _bucket_write(
     op, keyed = prepared.op, prepared.keyed
     assert keyed is not None
     layout = BucketLayout.of(table.meta, op, view)
-    mor_event_time = (
-        layout.mor and table.merge_mode is MergeMode.EVENT_TIME_ORDERING and bool(table.ordering_field)
-    )
+    mor_event_time = delete_ordering_field(table.meta) is not None
     parallelism = _parallelism(spark, options, op, spark.sparkContext.defaultParallelism * 2)
 
     def execute(instant: Instant) -> list[WriteStat]:

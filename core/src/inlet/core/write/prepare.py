@@ -177,18 +177,28 @@ def prepare(
     return PreparedBatch(op, records, schema, to_avro_schema(schema, table.meta.name))
 
 
+def delete_ordering_field(meta: TableMeta) -> str | None:
+    """The ordering field ``_hoodie_is_deleted`` rows bound for a log file must carry a value of
+    (a delete block records each delete's ordering value, and readers compare it with the stored
+    record's; Apache Hudi refuses records without one): Merge-on-Read tables under event-time
+    ordering. None where the rule does not apply. Both engines check by it."""
+    if meta.table_type is not TableType.MERGE_ON_READ or meta.merge_mode is not MergeMode.EVENT_TIME_ORDERING:
+        return None
+    return meta.ordering_field
+
+
+def null_ordering_deletes_error(ordering: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"{IS_DELETED_COLUMN} rows need a value in the ordering field {ordering!r} on a "
+        "Merge-on-Read table (the delete block records it)"
+    )
+
+
 def check_soft_delete_ordering(table: TableHandle, records: pa.Table) -> None:
     """Refuse ``_hoodie_is_deleted`` rows without an ordering value where a delete block would
-    have to carry it (Merge-on-Read, event-time ordering). The local engine checks a whole batch
-    before its instant begins; planning checks the rows bound for log files."""
-    ordering = table.meta.ordering_field
-    if (
-        table.meta.table_type is not TableType.MERGE_ON_READ
-        or table.meta.merge_mode is not MergeMode.EVENT_TIME_ORDERING
-        or not ordering
-    ):
-        return
-    refuse_null_ordering_deletes(records, ordering)
+    have to carry it (:func:`delete_ordering_field`). The local engine checks a whole batch before
+    its instant begins; planning checks the rows bound for log files."""
+    refuse_null_ordering_deletes(records, delete_ordering_field(table.meta))
 
 
 def refuse_null_ordering_deletes(records: pa.Table, ordering: str | None) -> None:
@@ -197,10 +207,7 @@ def refuse_null_ordering_deletes(records: pa.Table, ordering: str | None) -> Non
         return
     deleted = records.filter(records.column(DELETED))
     if deleted.num_rows and deleted.column(ordering).null_count:
-        raise InvalidInputError(
-            f"{IS_DELETED_COLUMN} rows need a value in the ordering field {ordering!r} on a "
-            "Merge-on-Read table (the delete block records it)"
-        )
+        raise null_ordering_deletes_error(ordering)
 
 
 def parse_operation(operation: WriteOperation | str) -> WriteOperation:
