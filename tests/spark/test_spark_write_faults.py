@@ -38,7 +38,7 @@ JOB = """
 import json, logging, sys
 sys.path.insert(0, sys.argv[1])
 logging.basicConfig(stream=sys.stderr, format="%(name)s %(message)s")
-logging.getLogger("inlet.core.write").setLevel(logging.INFO)
+logging.getLogger("inlet.core").setLevel(logging.INFO)
 from conftest import spark_builder
 
 base = sys.argv[2]
