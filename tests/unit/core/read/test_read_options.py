@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from inlet.core import HudiTable
-from inlet.core.errors import InvalidInputError
-from inlet.core.read.options import InstantRange, QueryType, ReadOptions
+from inlet.core.errors import InvalidInputError, UnsupportedError
+from inlet.core.read.options import ChangeFormat, InstantRange, QueryType, ReadOptions
 
 
 def test_query_types_parse_as_hudi_spells_them() -> None:
@@ -29,6 +29,19 @@ def test_instants_must_fit_the_query_type() -> None:
         ReadOptions.of("incremental", begin="1", as_of="2")
     with pytest.raises(InvalidInputError, match="apply to incremental queries, not snapshot"):
         ReadOptions.of("snapshot", begin="1")
+
+
+def test_change_formats_fit_incremental_queries_only() -> None:
+    assert (
+        ReadOptions.of("incremental", begin="1", change_format="min-delta").change_format
+        is ChangeFormat.MIN_DELTA
+    )
+    with pytest.raises(InvalidInputError, match="append_only change format applies to incremental queries"):
+        ReadOptions.of("snapshot", change_format="append_only")
+    with pytest.raises(InvalidInputError, match="min_delta change queries take no filters"):
+        ReadOptions.of("incremental", begin="1", change_format="min_delta", filters=[("id", "=", 1)])
+    with pytest.raises(UnsupportedError, match="cdc change format"):
+        ChangeFormat.parse("CDC")
 
 
 def test_a_snapshot_read_refuses_the_incremental_type_and_points_to_read_changes(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ Every result names the completion time to resume from: a consumer that passes it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,13 +30,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inlet.core.errors import InvalidInputError, UnsupportedError
-from inlet.core.read.snapshot import plan_read, read_slice
+from inlet.core.file_group.view import FileSlice
+from inlet.core.read.snapshot import ReadPlan, plan_read, read_slice
 from inlet.core.schema import META_COLUMNS, MetaField
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, normalize_instant_time
 
 COMMIT_TIME: str = MetaField.COMMIT_TIME.value
+EARLIEST = "0" * 17  # a begin before every instant
 # operations that rewrite records without changing them (no new versions for change queries)
 _TABLE_SERVICE_OPERATIONS = {"compact", "cluster", "log_compact"}
 
@@ -80,7 +82,8 @@ def _is_table_service(timeline: Timeline, instant: Instant) -> bool:
 def change_window(timeline: Timeline, begin: str, end: str | None = None) -> ChangeWindow:
     """The write commits completed in ``(begin, end]``."""
     try:
-        b = normalize_instant_time(begin)
+        # Hudi's "from the start": 000 (HoodieTimeline.INIT_INSTANT_TS is zeros)
+        b = EARLIEST if begin.strip() and not begin.strip().strip("0") else normalize_instant_time(begin)
         e = normalize_instant_time(end) if end else None
     except ValueError as err:
         raise InvalidInputError(f"invalid incremental window: {err}") from None
@@ -98,6 +101,68 @@ def change_window(timeline: Timeline, begin: str, end: str | None = None) -> Cha
     return ChangeWindow(b, e, tuple(picked), full_scan=first is not None and b < first)
 
 
+@dataclass
+class IncrementalPlan:
+    """A latest-state incremental query, planned: the file slices the window touched (as of its
+    last commit), the window, and the columns returned. Plain values: :func:`read_incremental_slice`
+    reads one slice anywhere the table is reachable (a Spark task)."""
+
+    plan: ReadPlan
+    window: ChangeWindow
+    times: tuple[str, ...]  # the window's commits (requested times): the rows' commit times
+    columns: tuple[str, ...] | None
+    meta_columns: bool
+
+    @property
+    def out_schema(self) -> pa.Schema:
+        names = _returned(self.plan.out_schema.names, self.columns, self.meta_columns)
+        return pa.schema([self.plan.out_schema.field(n) for n in names])
+
+
+def plan_incremental(
+    table: TableHandle,
+    begin: str,
+    end: str | None = None,
+    columns: Sequence[str] | None = None,
+    filters: Sequence[tuple[str, str, Any]] | None = None,
+    meta_columns: bool = True,
+) -> IncrementalPlan:
+    """Plan the latest state of the records written by the commits completed in ``(begin, end]``."""
+    if not table.meta.populate_meta_fields:
+        raise UnsupportedError(
+            "incremental queries need the _hoodie_* meta fields (this table has hoodie.populate.meta.fields=false)"
+        )
+    timeline = table.load_timeline()
+    window = change_window(timeline, begin, end)
+    wanted = tuple(columns) if columns is not None else None
+    read_columns = None if wanted is None else list(dict.fromkeys([*wanted, COMMIT_TIME]))
+    as_of: str | None = max((i.time for i in window.instants), default=None)
+    if as_of is None or as_of == max((i.time for i in timeline.completed_writes()), default=None):
+        as_of = None  # the window reaches the latest write: a plain snapshot, no time travel
+    plan = plan_read(table, as_of, read_columns, filters, meta_columns=True)
+    if not window.instants:
+        plan.slices = []
+    elif not window.full_scan:
+        touched: set[tuple[str, str]] = set()
+        for inst in window.instants:
+            touched |= timeline.commit_metadata(inst).touched_file_groups()
+        plan.slices = [s for s in plan.slices if (s.partition, s.file_id) in touched]
+    times = tuple(sorted(i.time for i in window.instants))
+    return IncrementalPlan(plan, window, times, wanted, meta_columns)
+
+
+def read_incremental_slice(
+    table: TableHandle, planned: IncrementalPlan, file_slice: FileSlice
+) -> Iterator[pa.Table]:
+    """The rows of one planned slice that the window's commits wrote."""
+    times = pa.array(planned.times, pa.string())
+    names = planned.out_schema.names
+    for piece in read_slice(table, planned.plan, file_slice):
+        kept = piece.filter(pc.is_in(piece[COMMIT_TIME].cast(pa.string()), value_set=times))
+        if kept.num_rows:
+            yield kept.select(names)
+
+
 def read_incremental(
     table: TableHandle,
     begin: str,
@@ -107,40 +172,13 @@ def read_incremental(
     meta_columns: bool = True,
 ) -> Changes:
     """The latest state of the records written by the commits completed in ``(begin, end]``."""
-    if not table.meta.populate_meta_fields:
-        raise UnsupportedError(
-            "incremental queries need the _hoodie_* meta fields (this table has hoodie.populate.meta.fields=false)"
-        )
-    timeline = table.load_timeline()
-    window = change_window(timeline, begin, end)
-    wanted = list(columns) if columns is not None else None
-    read_columns = None if wanted is None else list(dict.fromkeys([*wanted, COMMIT_TIME]))
-    if not window.instants:
-        plan = plan_read(table, None, read_columns, filters, meta_columns=True)
-        return Changes(_project(plan.out_schema.empty_table(), wanted, meta_columns), window)
-    as_of: str | None = max(i.time for i in window.instants)
-    if as_of == max((i.time for i in timeline.completed_writes()), default=None):
-        as_of = None  # the window reaches the latest write: a plain snapshot, no time travel
-    plan = plan_read(table, as_of, read_columns, filters, meta_columns=True)
-    if not window.full_scan:
-        touched: set[tuple[str, str]] = set()
-        for inst in window.instants:
-            touched |= timeline.commit_metadata(inst).touched_file_groups()
-        plan.slices = [s for s in plan.slices if (s.partition, s.file_id) in touched]
-    times = pa.array(sorted(i.time for i in window.instants), pa.string())
-    pieces = []
-    for fs in plan.slices:
-        for piece in read_slice(table, plan, fs):
-            kept = piece.filter(pc.is_in(piece[COMMIT_TIME].cast(pa.string()), value_set=times))
-            if kept.num_rows:
-                pieces.append(kept)
-    result = pa.concat_tables(pieces) if pieces else plan.out_schema.empty_table()
-    return Changes(_project(result, wanted, meta_columns), window)
+    planned = plan_incremental(table, begin, end, columns, filters, meta_columns)
+    pieces = [p for fs in planned.plan.slices for p in read_incremental_slice(table, planned, fs)]
+    result = pa.concat_tables(pieces) if pieces else planned.out_schema.empty_table()
+    return Changes(result, planned.window)
 
 
-def _project(t: pa.Table, wanted: list[str] | None, meta_columns: bool) -> pa.Table:
+def _returned(names: Sequence[str], wanted: Sequence[str] | None, meta_columns: bool) -> list[str]:
     if wanted is not None:
-        return t.select(wanted)
-    if not meta_columns:
-        return t.select([c for c in t.column_names if c not in META_COLUMNS])
-    return t
+        return list(wanted)
+    return [c for c in names if meta_columns or c not in META_COLUMNS]

@@ -28,8 +28,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inlet.core.errors import UnsupportedError
+from inlet.core.errors import InvalidInputError, UnsupportedError
 from inlet.core.read.incremental import ChangeWindow, change_window
+from inlet.core.read.options import ChangeFormat
 from inlet.core.read.snapshot import plan_read, read_slice
 from inlet.core.schema import META_COLUMNS, MetaField
 from inlet.core.table.handle import TableHandle
@@ -121,27 +122,57 @@ def read_min_delta(
                 "after": a_img,
             }
         )
-    image = pa.struct([(after if after.num_columns else before).schema.field(c) for c in data])
-    schema = pa.schema(
+    schema = min_delta_schema([(after if after.num_columns else before).schema.field(c) for c in data])
+    return window, pa.Table.from_pylist(out, schema=schema)
+
+
+def min_delta_schema(image: Sequence[pa.Field]) -> pa.Schema:
+    """A min-delta result's schema, ``image`` being the data columns of its before/after images."""
+    struct = pa.struct(list(image))
+    return pa.schema(
         [
             ("op", pa.string()),
             ("record_key", pa.string()),
             ("commit_time", pa.string()),
-            ("before", image),
-            ("after", image),
+            ("before", struct),
+            ("after", struct),
         ]
     )
-    return window, pa.Table.from_pylist(out, schema=schema)
 
 
 def read_append_only(
-    table: TableHandle, begin: str, end: str | None = None, columns: Sequence[str] | None = None
+    table: TableHandle,
+    begin: str,
+    end: str | None = None,
+    columns: Sequence[str] | None = None,
+    meta_columns: bool = True,
 ) -> tuple[ChangeWindow, pa.Table]:
     """The records the window inserted (absent before it, present at its end), with their meta
-    columns (or ``columns``)."""
+    columns (unless ``meta_columns`` is false), or ``columns``."""
     window, before, after = _ends(table, begin, end, columns)
     existed = pa.array(before.column(KEY).to_pylist() if before.num_rows else [], pa.string())
     fresh = after.filter(pc.invert(pc.is_in(after.column(KEY), value_set=existed)))
+    return window, fresh.select(_append_only_columns(fresh.column_names, columns, meta_columns))
+
+
+def _append_only_columns(
+    names: Sequence[str], columns: Sequence[str] | None, meta_columns: bool
+) -> list[str]:
     if columns is not None:
-        fresh = fresh.select(list(columns))
-    return window, fresh
+        return list(columns)
+    return [c for c in names if meta_columns or c not in META_COLUMNS]
+
+
+def net_change_schema(
+    table: TableHandle, fmt: ChangeFormat, columns: Sequence[str] | None = None, meta_columns: bool = True
+) -> pa.Schema:
+    """The schema :func:`read_min_delta` / :func:`read_append_only` return (as of the latest
+    commit), without running the query (a Spark data source's schema)."""
+    wanted = None if columns is None else list(dict.fromkeys([KEY, COMMIT_TIME, *columns]))
+    full = plan_read(table, None, wanted, None, meta_columns=True).out_schema
+    if fmt is ChangeFormat.MIN_DELTA:
+        data = list(columns) if columns is not None else [c for c in full.names if c not in META_COLUMNS]
+        return min_delta_schema([full.field(c) for c in data])
+    if fmt is ChangeFormat.APPEND_ONLY:
+        return pa.schema([full.field(c) for c in _append_only_columns(full.names, columns, meta_columns)])
+    raise InvalidInputError(f"{fmt.value} is not a net change format")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inlet.core.errors import InvalidInputError
+from inlet.core.errors import InvalidInputError, UnsupportedError
 
 Filter = tuple[str, str, Any]
 
@@ -49,8 +49,14 @@ class ChangeFormat(enum.StrEnum):
     def parse(cls, value: ChangeFormat | str) -> ChangeFormat:
         if isinstance(value, ChangeFormat):
             return value
+        text = value.strip().lower().replace("-", "_")
+        if text == "cdc":
+            raise UnsupportedError(
+                "the cdc change format (Hudi's CDC log files, hoodie.table.cdc.enabled) is not supported "
+                "yet; min_delta returns each key's before and after images"
+            )
         try:
-            return cls(value.strip().lower().replace("-", "_"))
+            return cls(text)
         except ValueError:
             raise InvalidInputError(
                 f"unknown change format {value!r} (use one of {', '.join(f.value for f in cls)})"
@@ -76,6 +82,7 @@ class ReadOptions:
     columns: tuple[str, ...] | None = None
     filters: tuple[Filter, ...] = ()
     meta_columns: bool = True
+    change_format: ChangeFormat = ChangeFormat.LATEST_STATE  # incremental queries only
 
     @classmethod
     def of(
@@ -87,15 +94,23 @@ class ReadOptions:
         meta_columns: bool = True,
         begin: str | None = None,
         end: str | None = None,
+        change_format: ChangeFormat | str = ChangeFormat.LATEST_STATE,
     ) -> ReadOptions:
         qt = QueryType.parse(query_type)
+        fmt = ChangeFormat.parse(change_format)
         if qt is QueryType.INCREMENTAL:
             if not begin:
                 raise InvalidInputError("an incremental query needs a begin instant")
             if as_of:
                 raise InvalidInputError("an incremental query reads a range of commits, not as of an instant")
+            if fmt is not ChangeFormat.LATEST_STATE and filters:
+                raise InvalidInputError(f"{fmt.value} change queries take no filters")
         elif begin or end:
             raise InvalidInputError(f"begin/end instants apply to incremental queries, not {qt.value}")
+        elif fmt is not ChangeFormat.LATEST_STATE:
+            raise InvalidInputError(
+                f"the {fmt.value} change format applies to incremental queries, not {qt.value}"
+            )
         return cls(
             qt,
             as_of,
@@ -103,4 +118,5 @@ class ReadOptions:
             tuple(columns) if columns is not None else None,
             tuple(filters or ()),
             meta_columns,
+            fmt,
         )

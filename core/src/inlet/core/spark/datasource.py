@@ -33,10 +33,16 @@ Reading (the driver plans from metadata, executors read):
   ``PythonScanBuilder`` only pushes filters), so give the columns to read either as a schema
   (``spark.read.format("hudi").schema("id long, fare double")``) or as the option
   ``inlet.read.columns=id,fare``; only those columns are read from the files;
-- ``hoodie.datasource.query.type``: ``snapshot`` (default) or ``read_optimized``; ``as.of.instant``
-  accepts ``yyyyMMddHHmmssSSS``, ``yyyyMMddHHmmss``, ``yyyy-MM-dd HH:mm:ss[.SSS]`` and
-  ``yyyy-MM-dd`` (UTC, the time zone of Inlet's timelines); ``incremental`` is refused (not
-  implemented yet).
+- ``hoodie.datasource.query.type``: ``snapshot`` (default), ``read_optimized`` or ``incremental``;
+  ``as.of.instant`` accepts ``yyyyMMddHHmmssSSS``, ``yyyyMMddHHmmss``, ``yyyy-MM-dd HH:mm:ss[.SSS]``
+  and ``yyyy-MM-dd`` (UTC, the time zone of Inlet's timelines);
+- incremental queries take Apache Hudi's options: ``hoodie.datasource.read.begin.instanttime``
+  (required, exclusive; ``000`` reads from the start) and ``hoodie.datasource.read.end.instanttime``
+  (inclusive), completion times as in Hudi 1.x, and ``hoodie.datasource.query.incremental.format``:
+  ``latest_state`` (Hudi's default: one input partition per file slice the window touched, see
+  :mod:`inlet.core.read.incremental`), or Inlet's ``min_delta`` / ``append_only``
+  (:mod:`inlet.core.read.net_changes`, computed in one task; they take no filters). ``cdc`` is
+  refused (CDC log files are not written yet).
 
 Writing (``df.write.format("hudi")``): a Python data source's writer gets each task's rows
 separately and one ``commit()`` on the driver, with no shuffle in between, so only writes that
@@ -86,7 +92,9 @@ from inlet.core.errors import (
     UnsupportedError,
 )
 from inlet.core.file_group.view import FileSlice, new_file_id
-from inlet.core.read.options import Filter, QueryType, ReadOptions
+from inlet.core.read.incremental import IncrementalPlan, plan_incremental, read_incremental_slice
+from inlet.core.read.net_changes import net_change_schema
+from inlet.core.read.options import ChangeFormat, Filter, QueryType, ReadOptions
 from inlet.core.read.snapshot import ReadPlan, filter_expression, plan_read, read_slice
 from inlet.core.schema import evolve, to_avro_schema
 from inlet.core.spark import types as spark_types
@@ -106,6 +114,8 @@ FORMAT_NAMES = ("hudi", "inlet")
 QUERY_TYPE = "hoodie.datasource.query.type"
 AS_OF = "as.of.instant"
 BEGIN_INSTANT = "hoodie.datasource.read.begin.instanttime"
+END_INSTANT = "hoodie.datasource.read.end.instanttime"
+INCREMENTAL_FORMAT = "hoodie.datasource.query.incremental.format"
 META_COLUMNS_OPTION = "inlet.read.meta.columns"
 COLUMNS_OPTION = "inlet.read.columns"
 FILTERS_OPTION = "inlet.read.filters"
@@ -158,12 +168,8 @@ class SparkRead:
     @staticmethod
     def parse(options: Mapping[str, str]) -> SparkRead:
         qt = QueryType.parse(str(options.get(QUERY_TYPE) or QueryType.SNAPSHOT.value))
-        if qt is QueryType.INCREMENTAL or options.get(BEGIN_INSTANT):
-            raise UnsupportedError(
-                "incremental queries (hoodie.datasource.query.type=incremental) are not supported by "
-                "Inlet's Spark data source yet; use HudiTable.read_changes or inlet read --query-type "
-                "incremental, or time travel (as.of.instant)"
-            )
+        if qt is QueryType.INCREMENTAL and not options.get(BEGIN_INSTANT):
+            raise InvalidInputError(f"an incremental query needs {BEGIN_INSTANT} (000 reads from the start)")
         as_of = options.get(AS_OF)
         cols = options.get(COLUMNS_OPTION)
         return SparkRead(
@@ -174,9 +180,18 @@ class SparkRead:
                 columns=[c.strip() for c in str(cols).split(",") if c.strip()] if cols else None,
                 filters=_filters_option(options.get(FILTERS_OPTION)),
                 meta_columns=_flag(options, META_COLUMNS_OPTION, True),
+                begin=options.get(BEGIN_INSTANT),
+                end=options.get(END_INSTANT),
+                change_format=str(options.get(INCREMENTAL_FORMAT) or ChangeFormat.LATEST_STATE.value),
             ),
             _flag(options, PUSHDOWN_OPTION, False),
         )
+
+    @property
+    def net_changes(self) -> bool:
+        """A min-delta or append-only query (computed whole, in one task)."""
+        r = self.read
+        return r.query_type is QueryType.INCREMENTAL and r.change_format is not ChangeFormat.LATEST_STATE
 
 
 def _filters_option(text: str | None) -> tuple[Filter, ...]:
@@ -206,14 +221,27 @@ def _as_of_instant(text: str) -> str:
     return normalize_instant_time(t)
 
 
-def table_schema(opts: SparkRead, filters: Sequence[Filter] = ()) -> tuple[ReadPlan, StructType]:
+Planned = ReadPlan | IncrementalPlan | None  # None: a net change query, planned by its task
+
+
+def table_schema(opts: SparkRead, filters: Sequence[Filter] = ()) -> tuple[Planned, StructType]:
     """The read plan (driver side) and the Spark schema of its rows."""
     table = _open(opts.path)
     r = opts.read
+    columns = list(r.columns) if r.columns is not None else None
+    if r.range is not None and opts.net_changes:
+        return None, spark_types.from_arrow_schema(
+            net_change_schema(table, r.change_format, columns, r.meta_columns)
+        )
+    if r.range is not None:
+        planned = plan_incremental(
+            table, r.range.begin, r.range.end, columns, [*r.filters, *filters], r.meta_columns
+        )
+        return planned, spark_types.from_arrow_schema(planned.out_schema)
     plan = plan_read(
         table,
         as_of=r.as_of,
-        columns=list(r.columns) if r.columns is not None else None,
+        columns=columns,
         filters=[*r.filters, *filters],
         meta_columns=r.meta_columns,
         query_type=r.query_type,
@@ -224,11 +252,19 @@ def table_schema(opts: SparkRead, filters: Sequence[Filter] = ()) -> tuple[ReadP
 class SlicePartition(InputPartition):
     """One file slice to read, with the (small) plan it belongs to."""
 
-    def __init__(self, plan: ReadPlan, file_slice: FileSlice, path: str) -> None:
+    def __init__(self, plan: ReadPlan | IncrementalPlan, file_slice: FileSlice, path: str) -> None:
         super().__init__(f"{file_slice.partition}/{file_slice.file_id}@{file_slice.base_instant}")
         self.plan = plan
         self.file_slice = file_slice
         self.path = path
+
+
+class ChangesPartition(InputPartition):
+    """A whole net change query (min-delta or append-only)."""
+
+    def __init__(self, opts: SparkRead) -> None:
+        super().__init__(f"{opts.read.change_format.value}@{opts.path}")
+        self.opts = opts
 
 
 def _spark_filter_to_inlet(f: Any, schema: StructType) -> Filter | None:
@@ -271,32 +307,51 @@ class HudiReader(DataSourceReader):
         self.schema = schema
         self.filters: list[Filter] = []
 
-    def _plan(self) -> ReadPlan:
+    def partitions(self) -> list[InputPartition]:
+        if self.opts.net_changes:
+            return [ChangesPartition(self.opts)]
         opts = dataclasses.replace(
             self.opts, read=dataclasses.replace(self.opts.read, columns=tuple(self.schema.fieldNames()))
         )
-        plan, _ = table_schema(opts, self.filters)
-        return plan
-
-    def partitions(self) -> list[InputPartition]:
-        plan = self._plan()
-        shared = dataclasses.replace(plan, slices=[])
-        return [SlicePartition(shared, fs, self.opts.path) for fs in plan.slices]
+        planned, _ = table_schema(opts, self.filters)
+        if isinstance(planned, IncrementalPlan):
+            shared_increment = dataclasses.replace(planned, plan=dataclasses.replace(planned.plan, slices=[]))
+            return [SlicePartition(shared_increment, fs, self.opts.path) for fs in planned.plan.slices]
+        assert planned is not None
+        shared = dataclasses.replace(planned, slices=[])
+        return [SlicePartition(shared, fs, self.opts.path) for fs in planned.slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, SlicePartition):
-            return  # no file slices: Spark asks for one empty partition
-        table = _open(partition.path)
         target = spark_types.to_arrow_schema(self.schema)
-        for piece in read_slice(table, partition.plan, partition.file_slice):
+        for piece in _read_partition(partition):
             if piece.num_rows:
                 yield from spark_types.conform(piece, target).to_batches()
+
+
+def _read_partition(partition: InputPartition) -> Iterator[pa.Table]:
+    if isinstance(partition, ChangesPartition):
+        r = partition.opts.read
+        assert r.range is not None
+        changes = _open(partition.opts.path).read_changes(
+            r.range.begin, r.range.end, r.columns, meta_columns=r.meta_columns, format=r.change_format
+        )
+        yield changes.table
+    elif isinstance(partition, SlicePartition):
+        table = _open(partition.path)
+        if isinstance(partition.plan, IncrementalPlan):
+            yield from read_incremental_slice(table, partition.plan, partition.file_slice)
+        else:
+            yield from read_slice(table, partition.plan, partition.file_slice)
+    # else: no file slices, Spark asks for one empty partition
 
 
 class HudiPushdownReader(HudiReader):
     """:class:`HudiReader` with filter pushdown (needs ``spark.sql.python.filterPushdown.enabled``)."""
 
     def pushFilters(self, filters: list[Any]) -> Iterator[Any]:
+        if self.opts.net_changes:  # their rows are images, not the table's columns
+            yield from filters
+            return
         queryable: pa.Schema | None = None
         for f in filters:
             mine = _spark_filter_to_inlet(f, self.schema)

@@ -37,7 +37,6 @@ from inlet.core.read.incremental import Changes, read_incremental
 from inlet.core.read.net_changes import read_append_only, read_min_delta
 from inlet.core.read.options import ChangeFormat, QueryType
 from inlet.core.read.snapshot import read_table
-from inlet.core.schema import META_COLUMNS
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
 from inlet.core.table.handle import TableHandle
@@ -350,10 +349,10 @@ class HudiTable(TableHandle):
             return read_incremental(self, begin, end, columns, filters, meta_columns)
         if filters:
             raise InvalidInputError(f"{kind.value} change queries take no filters")
-        read = read_min_delta if kind is ChangeFormat.MIN_DELTA else read_append_only
-        window, rows = read(self, begin, end, columns)
-        if kind is ChangeFormat.APPEND_ONLY and not meta_columns and columns is None:
-            rows = rows.select([c for c in rows.column_names if c not in META_COLUMNS])
+        if kind is ChangeFormat.MIN_DELTA:
+            window, rows = read_min_delta(self, begin, end, columns)
+        else:
+            window, rows = read_append_only(self, begin, end, columns, meta_columns)
         return Changes(rows, window)
 
     def rollback_failed_writes(self, force: bool = False) -> list[str]:
