@@ -19,6 +19,7 @@ from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Instant, parse_instant_time
 from inlet.proto.events.v1 import events_pb2
 from inlet.proto.hudi.v1 import commit_pb2
+from inlet.services.commit_events import changes_of
 from inlet.services.coordinator_client.client import GrpcCommitProtocol
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 
@@ -207,3 +208,11 @@ def test_subscriber_sees_one_event_per_completed_instant(
     ]
     assert [e.metadata.operation_type for e in orders[:3]] == ["INSERT", "UPSERT", "DELETE"]
     assert by_table["sales.events"][-1].metadata.compacted
+
+    # a subscriber asks for what each event's instant changed (the rollback changed nothing)
+    written = [sorted(r["id"] for r in changes_of(e, columns=["id"]).table.to_pylist()) for e in orders]
+    assert written == [[1, 2, 3, 4], [1, 2, 5], [], []]
+    net = changes_of(orders[2], format="min_delta", columns=["id"]).table.to_pylist()
+    assert [(r["op"], r["before"]) for r in net] == [("d", {"id": 3})]
+    compaction = changes_of(by_table["sales.events"][-1])
+    assert compaction.table.num_rows == 0, "a compaction writes no new record versions"

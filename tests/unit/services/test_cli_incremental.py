@@ -77,3 +77,23 @@ def test_min_delta_and_append_only_from_the_cli(tmp_path: Path) -> None:
     assert [(r["id"], r["v"]) for r in map(json.loads, appended.stdout.splitlines())] == [(3, 30)]
     no_begin = run("read", path, "--query-type", "min_delta")
     assert no_begin.returncode == 2 and "--begin" in no_begin.stderr
+
+
+def test_changes_of_one_instant_from_the_cli(tmp_path: Path) -> None:
+    """--instant T: what a commit event's instant changed, no window arithmetic for the subscriber."""
+    path = tmp_path / "t"
+    t = HudiTable.create(str(path), name="t", record_key="id", ordering_field="ts")
+    t.write(pa.table({"id": [1, 2], "ts": [1, 1], "v": [10, 20]}), "upsert")
+    second = t.write(pa.table({"id": [2, 3], "ts": [2, 2], "v": [21, 30]}), "upsert").instant_time
+    deleted = t.delete(pa.table({"id": [1]})).instant_time
+
+    delta = run("read", path, "--query-type", "min_delta", "--instant", second, "--columns", "id,v")
+    assert delta.returncode == 0, delta.stderr
+    got = {r["record_key"]: (r["op"], r["after"]) for r in map(json.loads, delta.stdout.splitlines())}
+    assert got == {"2": ("u", {"id": 2, "v": 21}), "3": ("i", {"id": 3, "v": 30})}
+    gone = run("read", path, "--query-type", "min_delta", "--instant", deleted, "--columns", "id")
+    assert [json.loads(r)["op"] for r in gone.stdout.splitlines()] == ["d"]
+    both = run("read", path, "--query-type", "incremental", "--instant", second, "--begin", second)
+    assert both.returncode == 2 and both.stderr.count("\n") == 1 and "--instant" in both.stderr
+    unknown = run("read", path, "--query-type", "incremental", "--instant", "20200101000000000")
+    assert unknown.returncode != 0 and "not on the active timeline" in unknown.stderr

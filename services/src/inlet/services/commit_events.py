@@ -6,6 +6,8 @@ table when its first unhandled event is ``coalesce_s`` old (a burst of commits i
 commit Kafka offsets only up to the oldest event of a table not handled yet: after a restart or a
 crash those events are read again and the (idempotent) action runs again; nothing is skipped.
 An undecodable message, or one without a base path, is logged, counted and skipped.
+
+A subscriber asks for the changes of the instant in an event with :func:`changes_of`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from inlet.core import HudiTable
+from inlet.core.errors import InvalidInputError
+from inlet.core.read.incremental import Changes
 from inlet.services.runtime import Setting
 
 _log = logging.getLogger(__name__)
@@ -214,3 +219,20 @@ class CommitEventFollower:
                 return
             for tp in to_commit:
                 self._committed[(tp.topic, tp.partition)] = tp.offset
+
+
+def changes_of(
+    event: Any,
+    format: str = "latest_state",
+    columns: list[str] | None = None,
+    meta_columns: bool = True,
+) -> Changes:
+    """What the instant of a ``CommitEvent`` changed in its table: the records it wrote
+    (``latest_state``), or its net change per key (``min_delta``) or its inserts (``append_only``).
+    Nothing for instants that change no records (a rollback, a compaction, a clean)."""
+    if not event.base_path or not event.instant.instant_time:
+        raise InvalidInputError(f"commit event {event.event_id!r} names no table path or instant")
+    table = HudiTable.open(event.base_path)
+    return table.read_changes(
+        instant=event.instant.instant_time, format=format, columns=columns, meta_columns=meta_columns
+    )

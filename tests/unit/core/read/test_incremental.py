@@ -114,6 +114,25 @@ def test_every_window_equals_the_model(tmp_path: Path, table_type: str, index: s
         assert got(table, b, None) == model.expected(b, None), f"window ({b}, latest]"
 
 
+@pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
+def test_the_changes_of_one_instant_are_its_window_of_the_model(tmp_path: Path, table_type: str) -> None:
+    """read_changes(instant=T) (a commit event's instant) is the window holding T alone."""
+    table = HudiTable.create(
+        str(tmp_path / "t"), name="t", record_key="id", ordering_field="ts", table_type=table_type
+    )
+    model = run_workload(table, 5, table_type == "MERGE_ON_READ")
+    previous = "00000000000000000"
+    for t, done, _ in model.commits:
+        changes = HudiTable.open(table.base_path).read_changes(
+            instant=t, columns=["_hoodie_commit_time", "id", "city", "ts", "name"]
+        )
+        assert sorted(changes.table.to_pylist(), key=lambda r: r["id"]) == model.expected(previous, done), t
+        assert changes.resume_from == done
+        previous = done
+    with pytest.raises(InvalidInputError, match=r"begin \(and end\), or one instant"):
+        table.read_changes(previous, instant=model.commits[0][0])
+
+
 def test_resuming_from_resume_from_sees_each_commit_once(tmp_path: Path) -> None:
     table = HudiTable.create(
         str(tmp_path / "t"), name="t", record_key="id", ordering_field="ts", table_type="MERGE_ON_READ"

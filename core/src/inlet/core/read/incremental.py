@@ -101,6 +101,22 @@ def change_window(timeline: Timeline, begin: str, end: str | None = None) -> Cha
     return ChangeWindow(b, e, tuple(picked), full_scan=first is not None and b < first)
 
 
+def instant_window(timeline: Timeline, instant_time: str) -> tuple[str, str]:
+    """The window ``(begin, end]`` holding exactly one completed instant (what a commit event
+    names): from the completion time before its own to its own."""
+    t = normalize_instant_time(instant_time)
+    found = next((i for i in timeline.instants if i.time == t and i.is_completed), None)
+    if found is None:
+        pending = any(i.time == t for i in timeline.instants)
+        raise InvalidInputError(
+            f"instant {t} is {'not completed' if pending else 'not on the active timeline'}: "
+            "only a completed instant's changes can be read"
+        )
+    done = found.completion_time or found.time
+    earlier = [i.completion_time or i.time for i in timeline.instants if i.is_completed]
+    return max((c for c in earlier if c < done), default=EARLIEST), done
+
+
 @dataclass
 class IncrementalPlan:
     """A latest-state incremental query, planned: the file slices the window touched (as of its

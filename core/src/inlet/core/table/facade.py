@@ -33,7 +33,7 @@ from inlet.core.config import (
 from inlet.core.errors import InvalidConfigError, InvalidInputError, TableExistsError, UnsupportedError
 from inlet.core.file_group.view import FileSystemView
 from inlet.core.keys import KeyGenerator, TimestampPartitioning
-from inlet.core.read.incremental import Changes, read_incremental
+from inlet.core.read.incremental import Changes, instant_window, read_incremental
 from inlet.core.read.net_changes import read_append_only, read_min_delta
 from inlet.core.read.options import ChangeFormat, QueryType
 from inlet.core.read.snapshot import read_table
@@ -332,18 +332,25 @@ class HudiTable(TableHandle):
 
     def read_changes(
         self,
-        begin: str,
+        begin: str | None = None,
         end: str | None = None,
         columns: Sequence[str] | None = None,
         filters: Sequence[tuple[str, str, Any]] | None = None,
         meta_columns: bool = True,
         format: ChangeFormat | str = ChangeFormat.LATEST_STATE,
+        instant: str | None = None,
     ) -> Changes:
         """What the commits completed in ``(begin, end]`` changed; ``.resume_from`` is the next
-        ``begin``. ``format``: ``latest_state`` (Hudi's incremental query: the records they wrote,
-        as of the window's end, see :mod:`inlet.core.read.incremental`), ``min_delta`` (per key the
-        net change, with before and after images) or ``append_only`` (the records they inserted),
-        see :mod:`inlet.core.read.net_changes`; those two take no ``filters``."""
+        ``begin``. ``instant`` instead of ``begin``/``end``: what that one completed instant changed
+        (the instant of a commit event). ``format``: ``latest_state`` (Hudi's incremental query: the
+        records they wrote, as of the window's end, see :mod:`inlet.core.read.incremental`),
+        ``min_delta`` (per key the net change, with before and after images) or ``append_only`` (the
+        records they inserted), see :mod:`inlet.core.read.net_changes`; those two take no ``filters``."""
+        if (instant is None) == (begin is None) or (instant is not None and end is not None):
+            raise InvalidInputError("a change query takes begin (and end), or one instant")
+        if instant is not None:
+            begin, end = instant_window(self.load_timeline(), instant)
+        assert begin is not None
         kind = ChangeFormat.parse(format)
         if kind is ChangeFormat.LATEST_STATE:
             return read_incremental(self, begin, end, columns, filters, meta_columns)

@@ -140,9 +140,11 @@ def cmd_read(args: argparse.Namespace) -> int:
     columns = options.split_list(args.columns, "--columns")
     row_filters = filters.parse_filters(args.filter)
     change_query = args.query_type in CHANGE_QUERIES
-    if change_query != bool(args.begin) or (args.end and not change_query):
+    one_window = bool(args.begin) != bool(args.instant) and not (args.end and not args.begin)
+    if (change_query and not one_window) or (not change_query and (args.begin or args.end or args.instant)):
         raise UsageError(
-            "--begin (and --end) go with --query-type incremental, min_delta or append_only, which need --begin"
+            "--query-type incremental, min_delta and append_only need --begin (and --end) or --instant, "
+            "which go with them only"
         )
     resume_from = None
     if change_query:
@@ -153,6 +155,7 @@ def cmd_read(args: argparse.Namespace) -> int:
         changes = table.read_changes(
             args.begin,
             args.end,
+            instant=args.instant,
             columns=columns,
             filters=row_filters,
             meta_columns=not args.no_meta,

@@ -183,6 +183,12 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
     p.add_argument(
         "--end", metavar="T", help="change queries: last completion time that counts (default: latest)"
     )
+    p.add_argument(
+        "--instant",
+        metavar="T",
+        help="change queries: what this one completed instant changed (a commit event's "
+        "instant.instant_time), instead of --begin/--end",
+    )
     p.add_argument("--columns", metavar="a,b", help="columns to return, in this order (default all)")
     p.add_argument(
         "--filter",
