@@ -256,3 +256,41 @@ def test_janitor_finishes_a_rollback_whose_writer_died(
     with psycopg.connect(pg_url) as conn:
         states: dict[str, str] = dict(conn.execute("SELECT instant_time, state FROM instants").fetchall())
     assert states == {failed: "ROLLED_BACK", rb.instant.instant_time: "COMPLETED"}
+
+
+def test_a_completion_under_a_lost_lease_is_fenced_off(client: CoordinatorClient, lake: Path) -> None:
+    """A writer that completes under a lease (CompleteInstant.fence) is refused once the lease ran out
+    and another holder took the lock (a newer fencing token): a stalled ("zombie") writer cannot
+    commit over its successor. Nothing of its write becomes visible; the successor's commit lands."""
+    path = lake / "fenced"
+    HudiTable.create(str(path), name="fenced", record_key="id", ordering_field="ts")
+    client.register_table("fenced", str(path))
+    batch = pa.table({"id": pa.array([1], pa.int64()), "ts": pa.array([1], pa.int64())})
+
+    def writer(name: str) -> tuple[HudiTable, GrpcCommitProtocol]:
+        protocol = GrpcCommitProtocol(client, "fenced", Storage(str(path)), writer_id=name)
+        return HudiTable.open(str(path), commit_protocol=protocol), protocol
+
+    zombie, zombie_protocol = writer("zombie")
+    stale = client.acquire_lock("fenced", "zombie", lease_ms=300, lock_name="writer")
+    zombie_protocol.fence = ("writer", stale.fencing_token)
+    time.sleep(0.5)  # the zombie stalls past its lease; a successor takes the lock
+    fresh = client.acquire_lock("fenced", "successor", lease_ms=10_000, lock_name="writer")
+    assert fresh.fencing_token > stale.fencing_token
+    with pytest.raises(CommitConflictError, match=r"fenced: the lease of lock 'writer'.*held by successor"):
+        zombie.write(batch, "upsert")
+    zombie_protocol.close()
+    assert HudiTable.open(str(path)).timeline.completed_writes() == []
+
+    successor, successor_protocol = writer("successor")
+    successor_protocol.fence = ("writer", fresh.fencing_token)
+    successor.write(batch, "upsert")
+    successor_protocol.close()
+    assert [r["id"] for r in HudiTable.open(str(path)).read().to_pylist()] == [1]
+    client.release_lock("fenced", fresh.lock_id)
+    # a released lock fences off its last holder too
+    after, after_protocol = writer("late")
+    after_protocol.fence = ("writer", fresh.fencing_token)
+    with pytest.raises(CommitConflictError, match="the lock is free"):
+        after.write(batch, "upsert")
+    after_protocol.close()

@@ -42,7 +42,7 @@ from inlet.services.coordinator.errors import (
     NotFound,
 )
 from inlet.services.coordinator.events import commit_event, event_id
-from inlet.services.coordinator.leases import Leases, registered
+from inlet.services.coordinator.leases import Fence, Leases, check_fence, registered
 from inlet.services.coordinator.store import COMPLETED, ROLLED_BACK, InstantRow, Store, TableRow, Tx
 
 log = logging.getLogger("inlet.coordinator")
@@ -492,11 +492,13 @@ class Coordinator:
         metadata: CommitMetadata | None,
         content: bytes | None,
         request_id: str,
+        fence: Fence | None = None,
     ) -> Completion:
         """Complete a pending instant: with ``metadata`` (a write) after the conflict check of the
         table's concurrency mode; with ``content`` (table services) as given, except that a write
-        action's content must be commit metadata and is checked the same. Assigns the completion
-        time, writes ``<t>_<completion>.<action>`` and records the outbox row, all in one transaction."""
+        action's content must be commit metadata and is checked the same. With ``fence``, only while
+        that lease is still its lock's current grant. Assigns the completion time, writes
+        ``<t>_<completion>.<action>`` and records the outbox row, all in one transaction."""
         validation.table_id(table_id)
         validation.instant_time(t)
         if action:
@@ -527,6 +529,9 @@ class Coordinator:
                 log.warning("recorded completion of %s %s found on the timeline", table_id, t)
                 return Completion(current, eid)
             current = self._check_pending(row, tl, current)
+            if fence is not None:
+                validation.lock_name(fence.lock_name)
+                check_fence(tx, table_id, fence)
             if metadata is None and row.action in Action.WRITE_ACTIONS:
                 # a write completed with raw Avro is conflict-checked all the same
                 metadata = _decode_metadata(content or b"", f"commit metadata of {t}")

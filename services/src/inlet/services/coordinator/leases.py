@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 
 from inlet.services.coordinator import validation
 from inlet.services.coordinator.errors import FailedPrecondition, LockHeld, NotFound
@@ -174,3 +175,27 @@ class Leases:
         if released:
             self._notify_released()
         return released
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A lease its holder completes under: the lock's name and the fencing token it was granted."""
+
+    lock_name: str
+    fencing_token: int
+
+
+def check_fence(tx: Tx, table_id: str, fence: Fence) -> None:
+    """Refuse a completion whose lease is no longer its lock's grant (expired, released, or taken
+    over with a newer fencing token): its holder may have been replaced while it wrote."""
+    lease = tx.lease(table_id, fence.lock_name)
+    if lease is None or lease.expired or lease.fencing_token != fence.fencing_token:
+        now = (
+            "free"
+            if lease is None or lease.expired
+            else f"held by {lease.owner} (token {lease.fencing_token})"
+        )
+        raise FailedPrecondition(
+            f"fenced: the lease of lock {fence.lock_name!r} of table {table_id} with fencing token "
+            f"{fence.fencing_token} is no longer held (the lock is {now})"
+        )

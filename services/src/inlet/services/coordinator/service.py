@@ -21,6 +21,7 @@ from inlet.proto.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from inlet.proto.hudi.v1 import commit_pb2
 from inlet.services.coordinator.commits import MODES, Coordinator, heartbeat_interval_ms
 from inlet.services.coordinator.errors import Conflict, CoordinatorError, InvalidArgument
+from inlet.services.coordinator.leases import Fence
 from inlet.services.coordinator.store import LeaseRow, TableRow
 from inlet.services.coordinator_client import convert
 from inlet.services.logs import log_event
@@ -200,8 +201,17 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
         content = request.avro_content if which == "avro_content" else None
         if metadata is None and content is None:
             content = b""
+        fence = (
+            Fence(request.fence.lock_name, request.fence.fencing_token) if request.HasField("fence") else None
+        )
         done = self.coordinator.complete(
-            request.table_id, request.instant_time, request.action, metadata, content, request.request_id
+            request.table_id,
+            request.instant_time,
+            request.action,
+            metadata,
+            content,
+            request.request_id,
+            fence,
         )
         return coordinator_pb2.CompleteInstantResponse(
             instant=convert.instant_to_proto(done.instant), event_id=done.event_id

@@ -227,13 +227,18 @@ class CoordinatorClient:
         metadata: CommitMetadata | None = None,
         avro_content: bytes | None = None,
         request_id: str | None = None,
+        fence: tuple[str, int] | None = None,
     ) -> coordinator_pb2.CompleteInstantResponse:
+        """Complete an instant; ``fence`` = (lock name, fencing token) of a lease the caller holds:
+        refused (FAILED_PRECONDITION) unless that lease is still the lock's grant."""
         req = coordinator_pb2.CompleteInstantRequest(
             table_id=table_id,
             instant_time=instant_time,
             action=action,
             request_id=request_id or uuid.uuid4().hex,
         )
+        if fence is not None:
+            req.fence.lock_name, req.fence.fencing_token = fence
         if metadata is not None:
             req.metadata.CopyFrom(convert.metadata_to_proto(metadata))
         else:
@@ -379,6 +384,8 @@ class GrpcCommitProtocol(CommitProtocol):
         self.layout_version = layout_version
         self.timeline_path = timeline_path
         self.heartbeats = _Heartbeats(client, table_id)
+        # (lock name, fencing token) of a lease held while writing: completions carry it
+        self.fence: tuple[str, int] | None = None
 
     def close(self) -> None:
         self.heartbeats.close()
@@ -421,7 +428,7 @@ class GrpcCommitProtocol(CommitProtocol):
     def complete(self, instant: Instant, metadata: CommitMetadata) -> Instant:
         try:
             resp = self.client.complete_instant(
-                self.table_id, instant.time, instant.action, metadata=metadata
+                self.table_id, instant.time, instant.action, metadata=metadata, fence=self.fence
             )
         except ConflictError:
             raise
@@ -436,7 +443,7 @@ class GrpcCommitProtocol(CommitProtocol):
     def finish(self, instant: Instant, content: bytes) -> Instant:
         try:
             resp = self.client.complete_instant(
-                self.table_id, instant.time, instant.action, avro_content=content
+                self.table_id, instant.time, instant.action, avro_content=content, fence=self.fence
             )
         finally:
             self.heartbeats.stop(instant.time)

@@ -13,6 +13,11 @@ cut and commit. Exactly-once comes from the table, not from Kafka:
   re-positioned from the table's checkpoint; when the commit call failed with an unknown outcome
   the timeline decides whether it landed (its checkpoint is then the table's).
 
+Tables that are not written with non-blocking concurrency control (OCC tables) have one writer at
+a time: each batch is written while holding the table's ``writer`` lock lease at the coordinator,
+and completed with its fencing token, so a worker that stalled past its lease (its partitions
+reassigned meanwhile) cannot commit over its successor. NBCC tables take several workers at once.
+
 Records of one table never hold up another's: a failing table's partitions are paused (bad
 input and incompatible schema changes stay paused, retried every ``--error-retry-s``, and are
 reported on /healthz) and a table whose held buffer grows beyond twice the batch limits is
@@ -24,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,11 +40,13 @@ from inlet.core import HudiTable, faults
 from inlet.core.errors import CommitConflictError, InvalidInputError, SchemaError
 from inlet.core.storage import Storage
 from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.proto.coordinator.v1 import coordinator_pb2
 from inlet.services.coordinator_client.client import (
     CoordinatorCallError,
     CoordinatorClient,
     GrpcCommitProtocol,
 )
+from inlet.services.coordinator_client.locks import hold_lease
 from inlet.services.logs import log_event
 from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables
@@ -53,6 +60,7 @@ TOPIC_PREFIX = "inlet.changes."
 # fault points of the writer (INLET_CRASH_AT=...), beside the core's
 AFTER_COMMIT = "writer_after_commit"  # the commit landed, nothing else recorded yet
 BEFORE_WRITE = "writer_before_write"
+WRITER_LOCK = "writer"  # the coordinator lock an OCC table's batches are written under
 
 
 @dataclass
@@ -78,6 +86,8 @@ class WriterConfig:
     kafka: dict[str, Any] = field(default_factory=dict)  # extra librdkafka consumer settings
     write_options: dict[str, str] = field(default_factory=dict)
     compaction: bool = True
+    lease_ms: int = 30000  # the writer lease of an OCC table (renewed while a batch is written)
+    lease_wait_ms: int = 10000  # how long a batch waits for another worker's lease
 
 
 @dataclass
@@ -98,6 +108,7 @@ class TableState:
     failures: int = 0
     held_logged: bool = False
     last_commit: str | None = None
+    exclusive: bool = True  # one writer at a time (not NBCC): batches hold the writer lease
 
 
 def table_id_of(topic: str) -> str:
@@ -171,6 +182,7 @@ class Writer:
             raise
         if desc.table.base_path:
             st.path = desc.table.base_path
+            st.exclusive = desc.table.concurrency_mode != coordinator_pb2.CONCURRENCY_MODE_NON_BLOCKING
 
     def _checkpoint(self, st: TableState) -> dict[int, int]:
         self._load_path(st)
@@ -385,6 +397,7 @@ class Writer:
                 record_key=keys,
             )
             st.path = path
+            st.exclusive = not settings.nbcc
         st.protocol = GrpcCommitProtocol(self.client, st.table_id, Storage(st.path))
 
     def _write_options(self, st: TableState) -> dict[str, str]:
@@ -444,7 +457,8 @@ class Writer:
                 current_rows=current_rows,
             )
             faults.crash_point(BEFORE_WRITE)
-            result = self._write(st, table, arrow, extra)
+            with self._writer_lease(st):
+                result = self._write(st, table, arrow, extra)
             faults.crash_point(AFTER_COMMIT)
             instant = result.instant_time if result is not None else None
         except Exception as e:  # decide from the timeline whether the commit landed
@@ -498,6 +512,27 @@ class Writer:
                 log.debug("group offset commit failed", exc_info=True)
         if self.config.compaction:
             self._maybe_compact(st)
+
+    @contextlib.contextmanager
+    def _writer_lease(self, st: TableState) -> Iterator[None]:
+        """For a one-writer table: hold its writer lease and complete under its fencing token."""
+        assert st.protocol is not None
+        if not st.exclusive:
+            yield
+            return
+        with hold_lease(
+            self.client,
+            st.table_id,
+            WRITER_LOCK,
+            st.protocol.writer_id,
+            lease_ms=self.config.lease_ms,
+            wait_ms=self.config.lease_wait_ms,
+        ) as lease:
+            st.protocol.fence = (WRITER_LOCK, lease.fencing_token)
+            try:
+                yield
+            finally:
+                st.protocol.fence = None
 
     def _write(self, st: TableState, table: HudiTable, arrow: Any, extra: dict[str, str]) -> Any:
         options = self._write_options(st)

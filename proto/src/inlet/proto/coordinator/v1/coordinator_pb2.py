@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from inlet.proto.hudi.v1 import commit_pb2 as inlet_dot_proto_dot_hudi_dot_v1_dot_commit__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,inlet/proto/coordinator/v1/coordinator.proto\x12\x1ainlet.proto.coordinator.v1\x1a inlet/proto/hudi/v1/commit.proto\"\xb9\x01\n\x05Table\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x11\n\tbase_path\x18\x02 \x01(\t\x12\x12\n\ntable_name\x18\x03 \x01(\t\x12\x12\n\ntable_type\x18\x04 \x01(\t\x12\x45\n\x10\x63oncurrency_mode\x18\x05 \x01(\x0e\x32+.inlet.proto.coordinator.v1.ConcurrencyMode\x12\x1c\n\x14heartbeat_timeout_ms\x18\x06 \x01(\x03\"\xa0\x01\n\x14RegisterTableRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x11\n\tbase_path\x18\x02 \x01(\t\x12\x45\n\x10\x63oncurrency_mode\x18\x03 \x01(\x0e\x32+.inlet.proto.coordinator.v1.ConcurrencyMode\x12\x1c\n\x14heartbeat_timeout_ms\x18\x04 \x01(\x03\"I\n\x15RegisterTableResponse\x12\x30\n\x05table\x18\x01 \x01(\x0b\x32!.inlet.proto.coordinator.v1.Table\"(\n\x14\x44\x65scribeTableRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\"\xb0\x01\n\x15\x44\x65scribeTableResponse\x12\x30\n\x05table\x18\x01 \x01(\x0b\x32!.inlet.proto.coordinator.v1.Table\x12-\n\x07pending\x18\x02 \x03(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\x12\x36\n\x10latest_completed\x18\x03 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\"y\n\x13\x42\x65ginInstantRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x19\n\x11requested_content\x18\x03 \x01(\x0c\x12\x11\n\twriter_id\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\x82\x01\n\x14\x42\x65ginInstantResponse\x12-\n\x07instant\x18\x01 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x03\x12\x1c\n\x14heartbeat_timeout_ms\x18\x03 \x01(\x03\"\x8d\x01\n\x13MarkInflightRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cinstant_time\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\x0c\x12=\n\x13planned_file_groups\x18\x04 \x03(\x0b\x32 .inlet.proto.hudi.v1.FileGroupId\"E\n\x14MarkInflightResponse\x12-\n\x07instant\x18\x01 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\":\n\x10HeartbeatRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cinstant_time\x18\x02 \x01(\t\"*\n\x11HeartbeatResponse\x12\x15\n\rexpires_at_ms\x18\x01 \x01(\x03\"\xc0\x01\n\x16\x43ompleteInstantRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cinstant_time\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x37\n\x08metadata\x18\x04 \x01(\x0b\x32#.inlet.proto.hudi.v1.CommitMetadataH\x00\x12\x16\n\x0c\x61vro_content\x18\x05 \x01(\x0cH\x00\x12\x12\n\nrequest_id\x18\x06 \x01(\tB\t\n\x07\x63ontent\"Z\n\x17\x43ompleteInstantResponse\x12-\n\x07instant\x18\x01 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\t\"n\n\x08\x43onflict\x12+\n\x05other\x18\x01 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\x12\x35\n\x0b\x66ile_groups\x18\x02 \x03(\x0b\x32 .inlet.proto.hudi.v1.FileGroupId\"M\n\x13\x41\x62ortInstantRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cinstant_time\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"L\n\x14\x41\x62ortInstantResponse\x12\x1d\n\x15rollback_instant_time\x18\x01 \x01(\t\x12\x15\n\rdeleted_files\x18\x02 \x03(\t\"?\n\x12GetTimelineRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x17\n\x0finclude_pending\x18\x02 \x01(\x08\"E\n\x13GetTimelineResponse\x12.\n\x08instants\x18\x01 \x03(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\"F\n\x05Lease\x12\x0f\n\x07lock_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x15\n\rexpires_at_ms\x18\x03 \x01(\x03\"k\n\x12\x41\x63quireLockRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x10\n\x08lease_ms\x18\x03 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x04 \x01(\x03\x12\x11\n\tlock_name\x18\x05 \x01(\t\"G\n\x13\x41\x63quireLockResponse\x12\x30\n\x05lease\x18\x01 \x01(\x0b\x32!.inlet.proto.coordinator.v1.Lease\"G\n\x10RenewLockRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0f\n\x07lock_id\x18\x02 \x01(\t\x12\x10\n\x08lease_ms\x18\x03 \x01(\x03\"E\n\x11RenewLockResponse\x12\x30\n\x05lease\x18\x01 \x01(\x0b\x32!.inlet.proto.coordinator.v1.Lease\"7\n\x12ReleaseLockRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0f\n\x07lock_id\x18\x02 \x01(\t\"\x15\n\x13ReleaseLockResponse*\x9b\x01\n\x0f\x43oncurrencyMode\x12 \n\x1c\x43ONCURRENCY_MODE_UNSPECIFIED\x10\x00\x12\"\n\x1e\x43ONCURRENCY_MODE_SINGLE_WRITER\x10\x01\x12\x1f\n\x1b\x43ONCURRENCY_MODE_OPTIMISTIC\x10\x02\x12!\n\x1d\x43ONCURRENCY_MODE_NON_BLOCKING\x10\x03\x32\xf9\t\n\x12\x43oordinatorService\x12t\n\rRegisterTable\x12\x30.inlet.proto.coordinator.v1.RegisterTableRequest\x1a\x31.inlet.proto.coordinator.v1.RegisterTableResponse\x12t\n\rDescribeTable\x12\x30.inlet.proto.coordinator.v1.DescribeTableRequest\x1a\x31.inlet.proto.coordinator.v1.DescribeTableResponse\x12q\n\x0c\x42\x65ginInstant\x12/.inlet.proto.coordinator.v1.BeginInstantRequest\x1a\x30.inlet.proto.coordinator.v1.BeginInstantResponse\x12q\n\x0cMarkInflight\x12/.inlet.proto.coordinator.v1.MarkInflightRequest\x1a\x30.inlet.proto.coordinator.v1.MarkInflightResponse\x12h\n\tHeartbeat\x12,.inlet.proto.coordinator.v1.HeartbeatRequest\x1a-.inlet.proto.coordinator.v1.HeartbeatResponse\x12z\n\x0f\x43ompleteInstant\x12\x32.inlet.proto.coordinator.v1.CompleteInstantRequest\x1a\x33.inlet.proto.coordinator.v1.CompleteInstantResponse\x12q\n\x0c\x41\x62ortInstant\x12/.inlet.proto.coordinator.v1.AbortInstantRequest\x1a\x30.inlet.proto.coordinator.v1.AbortInstantResponse\x12n\n\x0bGetTimeline\x12..inlet.proto.coordinator.v1.GetTimelineRequest\x1a/.inlet.proto.coordinator.v1.GetTimelineResponse\x12n\n\x0b\x41\x63quireLock\x12..inlet.proto.coordinator.v1.AcquireLockRequest\x1a/.inlet.proto.coordinator.v1.AcquireLockResponse\x12h\n\tRenewLock\x12,.inlet.proto.coordinator.v1.RenewLockRequest\x1a-.inlet.proto.coordinator.v1.RenewLockResponse\x12n\n\x0bReleaseLock\x12..inlet.proto.coordinator.v1.ReleaseLockRequest\x1a/.inlet.proto.coordinator.v1.ReleaseLockResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n,inlet/proto/coordinator/v1/coordinator.proto\x12\x1ainlet.proto.coordinator.v1\x1a inlet/proto/hudi/v1/commit.proto\"\xb9\x01\n\x05Table\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x11\n\tbase_path\x18\x02 \x01(\t\x12\x12\n\ntable_name\x18\x03 \x01(\t\x12\x12\n\ntable_type\x18\x04 \x01(\t\x12\x45\n\x10\x63oncurrency_mode\x18\x05 \x01(\x0e\x32+.inlet.proto.coordinator.v1.ConcurrencyMode\x12\x1c\n\x14heartbeat_timeout_ms\x18\x06 \x01(\x03\"\xa0\x01\n\x14RegisterTableRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x11\n\tbase_path\x18\x02 \x01(\t\x12\x45\n\x10\x63oncurrency_mode\x18\x03 \x01(\x0e\x32+.inlet.proto.coordinator.v1.ConcurrencyMode\x12\x1c\n\x14heartbeat_timeout_ms\x18\x04 \x01(\x03\"I\n\x15RegisterTableResponse\x12\x30\n\x05table\x18\x01 \x01(\x0b\x32!.inlet.proto.coordinator.v1.Table\"(\n\x14\x44\x65scribeTableRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\"\xb0\x01\n\x15\x44\x65scribeTableResponse\x12\x30\n\x05table\x18\x01 \x01(\x0b\x32!.inlet.proto.coordinator.v1.Table\x12-\n\x07pending\x18\x02 \x03(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\x12\x36\n\x10latest_completed\x18\x03 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\"y\n\x13\x42\x65ginInstantRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x19\n\x11requested_content\x18\x03 \x01(\x0c\x12\x11\n\twriter_id\x18\x04 \x01(\t\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\x82\x01\n\x14\x42\x65ginInstantResponse\x12-\n\x07instant\x18\x01 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x03\x12\x1c\n\x14heartbeat_timeout_ms\x18\x03 \x01(\x03\"\x8d\x01\n\x13MarkInflightRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cinstant_time\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\x0c\x12=\n\x13planned_file_groups\x18\x04 \x03(\x0b\x32 .inlet.proto.hudi.v1.FileGroupId\"E\n\x14MarkInflightResponse\x12-\n\x07instant\x18\x01 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\":\n\x10HeartbeatRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cinstant_time\x18\x02 \x01(\t\"*\n\x11HeartbeatResponse\x12\x15\n\rexpires_at_ms\x18\x01 \x01(\x03\"\xf2\x01\n\x16\x43ompleteInstantRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cinstant_time\x18\x02 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x03 \x01(\t\x12\x37\n\x08metadata\x18\x04 \x01(\x0b\x32#.inlet.proto.hudi.v1.CommitMetadataH\x00\x12\x16\n\x0c\x61vro_content\x18\x05 \x01(\x0cH\x00\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x30\n\x05\x66\x65nce\x18\x07 \x01(\x0b\x32!.inlet.proto.coordinator.v1.FenceB\t\n\x07\x63ontent\"1\n\x05\x46\x65nce\x12\x11\n\tlock_name\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\"Z\n\x17\x43ompleteInstantResponse\x12-\n\x07instant\x18\x01 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\t\"n\n\x08\x43onflict\x12+\n\x05other\x18\x01 \x01(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\x12\x35\n\x0b\x66ile_groups\x18\x02 \x03(\x0b\x32 .inlet.proto.hudi.v1.FileGroupId\"M\n\x13\x41\x62ortInstantRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x14\n\x0cinstant_time\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"L\n\x14\x41\x62ortInstantResponse\x12\x1d\n\x15rollback_instant_time\x18\x01 \x01(\t\x12\x15\n\rdeleted_files\x18\x02 \x03(\t\"?\n\x12GetTimelineRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x17\n\x0finclude_pending\x18\x02 \x01(\x08\"E\n\x13GetTimelineResponse\x12.\n\x08instants\x18\x01 \x03(\x0b\x32\x1c.inlet.proto.hudi.v1.Instant\"F\n\x05Lease\x12\x0f\n\x07lock_id\x18\x01 \x01(\t\x12\x15\n\rfencing_token\x18\x02 \x01(\x03\x12\x15\n\rexpires_at_ms\x18\x03 \x01(\x03\"k\n\x12\x41\x63quireLockRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x10\n\x08lease_ms\x18\x03 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x04 \x01(\x03\x12\x11\n\tlock_name\x18\x05 \x01(\t\"G\n\x13\x41\x63quireLockResponse\x12\x30\n\x05lease\x18\x01 \x01(\x0b\x32!.inlet.proto.coordinator.v1.Lease\"G\n\x10RenewLockRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0f\n\x07lock_id\x18\x02 \x01(\t\x12\x10\n\x08lease_ms\x18\x03 \x01(\x03\"E\n\x11RenewLockResponse\x12\x30\n\x05lease\x18\x01 \x01(\x0b\x32!.inlet.proto.coordinator.v1.Lease\"7\n\x12ReleaseLockRequest\x12\x10\n\x08table_id\x18\x01 \x01(\t\x12\x0f\n\x07lock_id\x18\x02 \x01(\t\"\x15\n\x13ReleaseLockResponse*\x9b\x01\n\x0f\x43oncurrencyMode\x12 \n\x1c\x43ONCURRENCY_MODE_UNSPECIFIED\x10\x00\x12\"\n\x1e\x43ONCURRENCY_MODE_SINGLE_WRITER\x10\x01\x12\x1f\n\x1b\x43ONCURRENCY_MODE_OPTIMISTIC\x10\x02\x12!\n\x1d\x43ONCURRENCY_MODE_NON_BLOCKING\x10\x03\x32\xf9\t\n\x12\x43oordinatorService\x12t\n\rRegisterTable\x12\x30.inlet.proto.coordinator.v1.RegisterTableRequest\x1a\x31.inlet.proto.coordinator.v1.RegisterTableResponse\x12t\n\rDescribeTable\x12\x30.inlet.proto.coordinator.v1.DescribeTableRequest\x1a\x31.inlet.proto.coordinator.v1.DescribeTableResponse\x12q\n\x0c\x42\x65ginInstant\x12/.inlet.proto.coordinator.v1.BeginInstantRequest\x1a\x30.inlet.proto.coordinator.v1.BeginInstantResponse\x12q\n\x0cMarkInflight\x12/.inlet.proto.coordinator.v1.MarkInflightRequest\x1a\x30.inlet.proto.coordinator.v1.MarkInflightResponse\x12h\n\tHeartbeat\x12,.inlet.proto.coordinator.v1.HeartbeatRequest\x1a-.inlet.proto.coordinator.v1.HeartbeatResponse\x12z\n\x0f\x43ompleteInstant\x12\x32.inlet.proto.coordinator.v1.CompleteInstantRequest\x1a\x33.inlet.proto.coordinator.v1.CompleteInstantResponse\x12q\n\x0c\x41\x62ortInstant\x12/.inlet.proto.coordinator.v1.AbortInstantRequest\x1a\x30.inlet.proto.coordinator.v1.AbortInstantResponse\x12n\n\x0bGetTimeline\x12..inlet.proto.coordinator.v1.GetTimelineRequest\x1a/.inlet.proto.coordinator.v1.GetTimelineResponse\x12n\n\x0b\x41\x63quireLock\x12..inlet.proto.coordinator.v1.AcquireLockRequest\x1a/.inlet.proto.coordinator.v1.AcquireLockResponse\x12h\n\tRenewLock\x12,.inlet.proto.coordinator.v1.RenewLockRequest\x1a-.inlet.proto.coordinator.v1.RenewLockResponse\x12n\n\x0bReleaseLock\x12..inlet.proto.coordinator.v1.ReleaseLockRequest\x1a/.inlet.proto.coordinator.v1.ReleaseLockResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'inlet.proto.coordinator.v1.coordinator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONCURRENCYMODE']._serialized_start=2503
-  _globals['_CONCURRENCYMODE']._serialized_end=2658
+  _globals['_CONCURRENCYMODE']._serialized_start=2604
+  _globals['_CONCURRENCYMODE']._serialized_end=2759
   _globals['_TABLE']._serialized_start=111
   _globals['_TABLE']._serialized_end=296
   _globals['_REGISTERTABLEREQUEST']._serialized_start=299
@@ -57,33 +57,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEARTBEATRESPONSE']._serialized_start=1288
   _globals['_HEARTBEATRESPONSE']._serialized_end=1330
   _globals['_COMPLETEINSTANTREQUEST']._serialized_start=1333
-  _globals['_COMPLETEINSTANTREQUEST']._serialized_end=1525
-  _globals['_COMPLETEINSTANTRESPONSE']._serialized_start=1527
-  _globals['_COMPLETEINSTANTRESPONSE']._serialized_end=1617
-  _globals['_CONFLICT']._serialized_start=1619
-  _globals['_CONFLICT']._serialized_end=1729
-  _globals['_ABORTINSTANTREQUEST']._serialized_start=1731
-  _globals['_ABORTINSTANTREQUEST']._serialized_end=1808
-  _globals['_ABORTINSTANTRESPONSE']._serialized_start=1810
-  _globals['_ABORTINSTANTRESPONSE']._serialized_end=1886
-  _globals['_GETTIMELINEREQUEST']._serialized_start=1888
-  _globals['_GETTIMELINEREQUEST']._serialized_end=1951
-  _globals['_GETTIMELINERESPONSE']._serialized_start=1953
-  _globals['_GETTIMELINERESPONSE']._serialized_end=2022
-  _globals['_LEASE']._serialized_start=2024
-  _globals['_LEASE']._serialized_end=2094
-  _globals['_ACQUIRELOCKREQUEST']._serialized_start=2096
-  _globals['_ACQUIRELOCKREQUEST']._serialized_end=2203
-  _globals['_ACQUIRELOCKRESPONSE']._serialized_start=2205
-  _globals['_ACQUIRELOCKRESPONSE']._serialized_end=2276
-  _globals['_RENEWLOCKREQUEST']._serialized_start=2278
-  _globals['_RENEWLOCKREQUEST']._serialized_end=2349
-  _globals['_RENEWLOCKRESPONSE']._serialized_start=2351
-  _globals['_RENEWLOCKRESPONSE']._serialized_end=2420
-  _globals['_RELEASELOCKREQUEST']._serialized_start=2422
-  _globals['_RELEASELOCKREQUEST']._serialized_end=2477
-  _globals['_RELEASELOCKRESPONSE']._serialized_start=2479
-  _globals['_RELEASELOCKRESPONSE']._serialized_end=2500
-  _globals['_COORDINATORSERVICE']._serialized_start=2661
-  _globals['_COORDINATORSERVICE']._serialized_end=3934
+  _globals['_COMPLETEINSTANTREQUEST']._serialized_end=1575
+  _globals['_FENCE']._serialized_start=1577
+  _globals['_FENCE']._serialized_end=1626
+  _globals['_COMPLETEINSTANTRESPONSE']._serialized_start=1628
+  _globals['_COMPLETEINSTANTRESPONSE']._serialized_end=1718
+  _globals['_CONFLICT']._serialized_start=1720
+  _globals['_CONFLICT']._serialized_end=1830
+  _globals['_ABORTINSTANTREQUEST']._serialized_start=1832
+  _globals['_ABORTINSTANTREQUEST']._serialized_end=1909
+  _globals['_ABORTINSTANTRESPONSE']._serialized_start=1911
+  _globals['_ABORTINSTANTRESPONSE']._serialized_end=1987
+  _globals['_GETTIMELINEREQUEST']._serialized_start=1989
+  _globals['_GETTIMELINEREQUEST']._serialized_end=2052
+  _globals['_GETTIMELINERESPONSE']._serialized_start=2054
+  _globals['_GETTIMELINERESPONSE']._serialized_end=2123
+  _globals['_LEASE']._serialized_start=2125
+  _globals['_LEASE']._serialized_end=2195
+  _globals['_ACQUIRELOCKREQUEST']._serialized_start=2197
+  _globals['_ACQUIRELOCKREQUEST']._serialized_end=2304
+  _globals['_ACQUIRELOCKRESPONSE']._serialized_start=2306
+  _globals['_ACQUIRELOCKRESPONSE']._serialized_end=2377
+  _globals['_RENEWLOCKREQUEST']._serialized_start=2379
+  _globals['_RENEWLOCKREQUEST']._serialized_end=2450
+  _globals['_RENEWLOCKRESPONSE']._serialized_start=2452
+  _globals['_RENEWLOCKRESPONSE']._serialized_end=2521
+  _globals['_RELEASELOCKREQUEST']._serialized_start=2523
+  _globals['_RELEASELOCKREQUEST']._serialized_end=2578
+  _globals['_RELEASELOCKRESPONSE']._serialized_start=2580
+  _globals['_RELEASELOCKRESPONSE']._serialized_end=2601
+  _globals['_COORDINATORSERVICE']._serialized_start=2762
+  _globals['_COORDINATORSERVICE']._serialized_end=4035
 # @@protoc_insertion_point(module_scope)

@@ -349,6 +349,7 @@ class CompleteInstantRequest(_message.Message):
     METADATA_FIELD_NUMBER: _builtins.int
     AVRO_CONTENT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    FENCE_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
     instant_time: _builtins.str
     action: _builtins.str
@@ -360,6 +361,12 @@ class CompleteInstantRequest(_message.Message):
     def metadata(self) -> _commit_pb2.CommitMetadata:
         """write actions: conflict-checked"""
 
+    @_builtins.property
+    def fence(self) -> Global___Fence:
+        """Optional: complete only while the caller's lease of this table lock is still the lock's current
+        grant (same fencing token, unexpired); else FAILED_PRECONDITION and the instant stays pending.
+        """
+
     def __init__(
         self,
         *,
@@ -369,16 +376,41 @@ class CompleteInstantRequest(_message.Message):
         metadata: _commit_pb2.CommitMetadata | None = ...,
         avro_content: _builtins.bytes = ...,
         request_id: _builtins.str = ...,
+        fence: Global___Fence | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["avro_content", b"avro_content", "content", b"content", "metadata", b"metadata"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["avro_content", b"avro_content", "content", b"content", "fence", b"fence", "metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "avro_content", b"avro_content", "content", b"content", "instant_time", b"instant_time", "metadata", b"metadata", "request_id", b"request_id", "table_id", b"table_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "avro_content", b"avro_content", "content", b"content", "fence", b"fence", "instant_time", b"instant_time", "metadata", b"metadata", "request_id", b"request_id", "table_id", b"table_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_content: _TypeAlias = _typing.Literal["metadata", "avro_content"]  # noqa: Y015
     _WhichOneofArgType_content: _TypeAlias = _typing.Literal["content", b"content"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_content) -> _WhichOneofReturnType_content | None: ...
 
 Global___CompleteInstantRequest: _TypeAlias = CompleteInstantRequest  # noqa: Y015
+
+@_typing.final
+class Fence(_message.Message):
+    """A lease the caller holds (AcquireLock): the lock's name ("" = the write lock) and its fencing token."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    FENCING_TOKEN_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    fencing_token: _builtins.int
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+        fencing_token: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fencing_token", b"fencing_token", "lock_name", b"lock_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Fence: _TypeAlias = Fence  # noqa: Y015
 
 @_typing.final
 class CompleteInstantResponse(_message.Message):
