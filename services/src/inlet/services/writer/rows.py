@@ -209,12 +209,18 @@ def _row_dict(row: pb.Row, schema: pb.TableSchema, types: dict[str, pa.DataType]
 def batch_schema(changes: Sequence[Change]) -> tuple[list[pa.Field], list[str]]:
     """Data columns (union of the batch's schemas, a column's type from the last schema naming it)
     and the record key columns (the last schema's primary key)."""
-    order: list[str] = []
-    types: dict[str, pa.DataType] = {}
+    first: dict[str, pb.TableSchema] = {}  # distinct schemas (by fingerprint), by first use
+    last: dict[str, pb.TableSchema] = {}  # ... and by last use
     for ch in changes:
-        for col in ch.event.schema.columns:
-            if col.name not in types:
-                order.append(col.name)
+        sch = ch.event.schema
+        fp = sch.fingerprint or sch.SerializeToString(deterministic=True).hex()
+        first.setdefault(fp, sch)
+        last.pop(fp, None)
+        last[fp] = sch
+    order = list(dict.fromkeys(col.name for sch in first.values() for col in sch.columns))
+    types: dict[str, pa.DataType] = {}
+    for sch in last.values():
+        for col in sch.columns:
             types[col.name] = arrow_type(col)
     with_schema = [ch for ch in changes if ch.event.schema.columns]
     keys = key_columns(with_schema[-1].event.schema) if with_schema else []
