@@ -447,6 +447,24 @@ def test_incremental_net_change_formats_through_spark(hudi_spark: SparkSession, 
     )
     assert appended.columns == ["id", "fare"]
     assert sorted(r["id"] for r in spark_rows(appended)) == [20, 21, 22]
+    # Hudi's CDC rows: every change of every commit (id 1, updated twice, counts twice)
+    cdc = _incremental(hudi_spark, table.base_path, begin, **{fmt: "cdc"})
+    assert cdc.columns == ["op", "ts_ms", "before", "after"]
+    changes = [(r["op"], json.loads(r["after"] or r["before"])["id"]) for r in spark_rows(cdc)]
+    assert sorted(changes) == sorted(
+        [
+            ("u", 0),
+            ("u", 1),
+            ("u", 2),
+            ("i", 20),
+            ("i", 21),
+            ("d", 3),
+            ("d", 4),
+            ("u", 1),
+            ("u", 5),
+            ("i", 22),
+        ]
+    )
 
 
 def test_incremental_query_mistakes_are_refused_clearly(hudi_spark: SparkSession, table: HudiTable) -> None:
@@ -454,9 +472,9 @@ def test_incremental_query_mistakes_are_refused_clearly(hudi_spark: SparkSession
         hudi_spark.read.format("hudi").option("hoodie.datasource.query.type", "incremental").load(
             table.base_path
         ).collect()
-    with pytest.raises(Exception, match="cdc change format"):
+    with pytest.raises(Exception, match="unknown change format 'full'"):
         _incremental(
-            hudi_spark, table.base_path, "000", **{"hoodie.datasource.query.incremental.format": "cdc"}
+            hudi_spark, table.base_path, "000", **{"hoodie.datasource.query.incremental.format": "full"}
         )
     with pytest.raises(Exception, match="apply to incremental queries"):
         hudi_spark.read.format("hudi").option("hoodie.datasource.read.begin.instanttime", "000").load(

@@ -91,6 +91,11 @@ def test_changes_of_one_instant_from_the_cli(tmp_path: Path) -> None:
     assert delta.returncode == 0, delta.stderr
     got = {r["record_key"]: (r["op"], r["after"]) for r in map(json.loads, delta.stdout.splitlines())}
     assert got == {"2": ("u", {"id": 2, "v": 21}), "3": ("i", {"id": 3, "v": 30})}
+    cdc = run("read", path, "--query-type", "cdc", "--instant", second, "--columns", "id,v")
+    assert [(r["op"], json.loads(r["after"])) for r in map(json.loads, cdc.stdout.splitlines())] == [
+        ("u", {"id": 2, "v": 21}),
+        ("i", {"id": 3, "v": 30}),
+    ]
     gone = run("read", path, "--query-type", "min_delta", "--instant", deleted, "--columns", "id")
     assert [json.loads(r)["op"] for r in gone.stdout.splitlines()] == ["d"]
     both = run("read", path, "--query-type", "incremental", "--instant", second, "--begin", second)

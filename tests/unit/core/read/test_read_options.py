@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from inlet.core import HudiTable
-from inlet.core.errors import InvalidInputError, UnsupportedError
+from inlet.core.errors import InvalidInputError
 from inlet.core.read.options import ChangeFormat, InstantRange, QueryType, ReadOptions
 
 
@@ -40,8 +40,9 @@ def test_change_formats_fit_incremental_queries_only() -> None:
         ReadOptions.of("snapshot", change_format="append_only")
     with pytest.raises(InvalidInputError, match="min_delta change queries take no filters"):
         ReadOptions.of("incremental", begin="1", change_format="min_delta", filters=[("id", "=", 1)])
-    with pytest.raises(UnsupportedError, match="cdc change format"):
-        ChangeFormat.parse("CDC")
+    assert ChangeFormat.parse("CDC") is ChangeFormat.CDC  # Hudi's spelling of the format
+    with pytest.raises(InvalidInputError, match="unknown change format 'full'"):
+        ChangeFormat.parse("full")
 
 
 def test_a_snapshot_read_refuses_the_incremental_type_and_points_to_read_changes(tmp_path: Path) -> None:

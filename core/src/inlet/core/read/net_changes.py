@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inlet.core.errors import InvalidInputError, UnsupportedError
+from inlet.core.read.cdc import CDC_SCHEMA
 from inlet.core.read.incremental import ChangeWindow, change_window
 from inlet.core.read.options import ChangeFormat
 from inlet.core.read.snapshot import plan_read, read_slice
@@ -166,13 +167,15 @@ def _append_only_columns(
 def net_change_schema(
     table: TableHandle, fmt: ChangeFormat, columns: Sequence[str] | None = None, meta_columns: bool = True
 ) -> pa.Schema:
-    """The schema :func:`read_min_delta` / :func:`read_append_only` return (as of the latest
+    """The schema :func:`read_min_delta`, :func:`read_append_only` or a CDC query return (as of the latest
     commit), without running the query (a Spark data source's schema)."""
     wanted = None if columns is None else list(dict.fromkeys([KEY, COMMIT_TIME, *columns]))
     full = plan_read(table, None, wanted, None, meta_columns=True).out_schema
     if fmt is ChangeFormat.MIN_DELTA:
         data = list(columns) if columns is not None else [c for c in full.names if c not in META_COLUMNS]
         return min_delta_schema([full.field(c) for c in data])
+    if fmt is ChangeFormat.CDC:
+        return CDC_SCHEMA
     if fmt is ChangeFormat.APPEND_ONLY:
         return pa.schema([full.field(c) for c in _append_only_columns(full.names, columns, meta_columns)])
     raise InvalidInputError(f"{fmt.value} is not a net change format")

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inlet.core.errors import InvalidInputError, UnsupportedError
+from inlet.core.errors import InvalidInputError
 
 Filter = tuple[str, str, Any]
 
@@ -37,11 +37,12 @@ class QueryType(enum.StrEnum):
 
 
 class ChangeFormat(enum.StrEnum):
-    """What an incremental query returns (Hudi's ``hoodie.datasource.query.incremental.format``
-    has ``latest_state``; ``min_delta`` and ``append_only`` are Inlet's, see
-    :mod:`inlet.core.read.net_changes`)."""
+    """What an incremental query returns: Hudi's ``hoodie.datasource.query.incremental.format``
+    values ``latest_state`` and ``cdc`` (:mod:`inlet.core.read.cdc`), and Inlet's ``min_delta`` and
+    ``append_only`` (:mod:`inlet.core.read.net_changes`)."""
 
     LATEST_STATE = "latest_state"
+    CDC = "cdc"
     MIN_DELTA = "min_delta"
     APPEND_ONLY = "append_only"
 
@@ -50,11 +51,6 @@ class ChangeFormat(enum.StrEnum):
         if isinstance(value, ChangeFormat):
             return value
         text = value.strip().lower().replace("-", "_")
-        if text == "cdc":
-            raise UnsupportedError(
-                "the cdc change format (Hudi's CDC log files, hoodie.table.cdc.enabled) is not supported "
-                "yet; min_delta returns each key's before and after images"
-            )
         try:
             return cls(text)
         except ValueError:

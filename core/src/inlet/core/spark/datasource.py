@@ -40,9 +40,10 @@ Reading (the driver plans from metadata, executors read):
   (required, exclusive; ``000`` reads from the start) and ``hoodie.datasource.read.end.instanttime``
   (inclusive), completion times as in Hudi 1.x, and ``hoodie.datasource.query.incremental.format``:
   ``latest_state`` (Hudi's default: one input partition per file slice the window touched, see
-  :mod:`inlet.core.read.incremental`), or Inlet's ``min_delta`` / ``append_only``
-  (:mod:`inlet.core.read.net_changes`, computed in one task; they take no filters). ``cdc`` is
-  refused (CDC log files are not written yet).
+  :mod:`inlet.core.read.incremental`), ``cdc`` (Hudi's ``op``, ``ts_ms``, ``before``, ``after``
+  rows, inferred per commit: :mod:`inlet.core.read.cdc`), or Inlet's ``min_delta`` /
+  ``append_only`` (:mod:`inlet.core.read.net_changes`); all but ``latest_state`` are computed in
+  one task and take no filters.
 
 Writing (``df.write.format("hudi")``): a Python data source's writer gets each task's rows
 separately and one ``commit()`` on the driver, with no shuffle in between, so only writes that
@@ -189,7 +190,7 @@ class SparkRead:
 
     @property
     def net_changes(self) -> bool:
-        """A min-delta or append-only query (computed whole, in one task)."""
+        """A CDC, min-delta or append-only query (computed whole, in one task)."""
         r = self.read
         return r.query_type is QueryType.INCREMENTAL and r.change_format is not ChangeFormat.LATEST_STATE
 

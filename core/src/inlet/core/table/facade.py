@@ -33,6 +33,7 @@ from inlet.core.config import (
 from inlet.core.errors import InvalidConfigError, InvalidInputError, TableExistsError, UnsupportedError
 from inlet.core.file_group.view import FileSystemView
 from inlet.core.keys import KeyGenerator, TimestampPartitioning
+from inlet.core.read.cdc import read_cdc
 from inlet.core.read.incremental import Changes, instant_window, read_incremental
 from inlet.core.read.net_changes import read_append_only, read_min_delta
 from inlet.core.read.options import ChangeFormat, QueryType
@@ -343,9 +344,10 @@ class HudiTable(TableHandle):
         """What the commits completed in ``(begin, end]`` changed; ``.resume_from`` is the next
         ``begin``. ``instant`` instead of ``begin``/``end``: what that one completed instant changed
         (the instant of a commit event). ``format``: ``latest_state`` (Hudi's incremental query: the
-        records they wrote, as of the window's end, see :mod:`inlet.core.read.incremental`),
-        ``min_delta`` (per key the net change, with before and after images) or ``append_only`` (the
-        records they inserted), see :mod:`inlet.core.read.net_changes`; those two take no ``filters``."""
+        records they wrote, as of the window's end, see :mod:`inlet.core.read.incremental`), ``cdc``
+        (Hudi's CDC rows: every change of every commit, see :mod:`inlet.core.read.cdc`), ``min_delta`` (per key the net change, with before and after images) or ``append_only`` (the
+        records they inserted), see :mod:`inlet.core.read.net_changes`; all but ``latest_state`` take
+        no ``filters``."""
         if (instant is None) == (begin is None) or (instant is not None and end is not None):
             raise InvalidInputError("a change query takes begin (and end), or one instant")
         if instant is not None:
@@ -358,6 +360,8 @@ class HudiTable(TableHandle):
             raise InvalidInputError(f"{kind.value} change queries take no filters")
         if kind is ChangeFormat.MIN_DELTA:
             window, rows = read_min_delta(self, begin, end, columns)
+        elif kind is ChangeFormat.CDC:
+            window, rows = read_cdc(self, begin, end, columns)
         else:
             window, rows = read_append_only(self, begin, end, columns, meta_columns)
         return Changes(rows, window)

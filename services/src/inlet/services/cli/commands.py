@@ -22,6 +22,7 @@ log = logging.getLogger("inlet.cli")
 # --query-type values that read what a window of commits changed, and their change format
 CHANGE_QUERIES = {
     "incremental": ChangeFormat.LATEST_STATE,
+    "cdc": ChangeFormat.CDC,
     "min_delta": ChangeFormat.MIN_DELTA,
     "append_only": ChangeFormat.APPEND_ONLY,
 }
@@ -143,7 +144,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     one_window = bool(args.begin) != bool(args.instant) and not (args.end and not args.begin)
     if (change_query and not one_window) or (not change_query and (args.begin or args.end or args.instant)):
         raise UsageError(
-            "--query-type incremental, min_delta and append_only need --begin (and --end) or --instant, "
+            "--query-type incremental, cdc, min_delta and append_only need --begin (and --end) or --instant, "
             "which go with them only"
         )
     resume_from = None

@@ -167,17 +167,18 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
     )
     p.add_argument(
         "--query-type",
-        choices=("snapshot", "read_optimized", "incremental", "min_delta", "append_only"),
+        choices=("snapshot", "read_optimized", "incremental", "cdc", "min_delta", "append_only"),
         default="snapshot",
         help="snapshot merges Merge-on-Read log files; read_optimized reads base files only "
         "(default snapshot; the same for Copy-on-Write tables); incremental: the latest state of the "
-        "records written by the commits completed in (--begin, --end]; min_delta: per key the net "
-        "change of that window (op i/u/d, before and after images); append_only: the records it inserted",
+        "records written by the commits completed in (--begin, --end]; cdc: every change of each of "
+        "those commits (Hudi's op, ts_ms, before, after); min_delta: per key the net change of that "
+        "window (op i/u/d, before and after images); append_only: the records it inserted",
     )
     p.add_argument(
         "--begin",
         metavar="T",
-        help="incremental, min_delta, append_only: completion time after which commits count "
+        help="change queries (incremental, cdc, min_delta, append_only): completion time after which commits count "
         "(exclusive); the 'resume_from' of the previous query",
     )
     p.add_argument(
