@@ -26,6 +26,11 @@ ARCHIVE_AFTER_MANIFEST = "archive_after_manifest"
 ARCHIVE_AFTER_WRITE = "archive_after_write"
 ARCHIVE_MID_DELETE = "archive_mid_delete"
 ARCHIVE_AFTER_COMPACTED_FILE = "archive_after_compacted_file"
+# in a restore: after its plan and inflight file, after the first instant is rolled back, and
+# after every instant is rolled back (no completed restore yet)
+RESTORE_AFTER_PLAN = "restore_after_plan"
+RESTORE_MID_ROLLBACK = "restore_mid_rollback"
+RESTORE_BEFORE_COMPLETE = "restore_before_complete"
 CRASH_EXIT_CODE = 77
 
 

@@ -162,9 +162,16 @@ def rollback_failed_writes(table: TableHandle, force: bool = False) -> list[str]
     """Finish interrupted rollbacks whose owner is gone, then roll back pending writes whose
     writer is gone (all of them with ``force``)."""
     done, busy = [], set()
-    for rb in table.load_timeline().pending([Action.ROLLBACK]):
+    tl = table.load_timeline()
+    for rb in tl.pending([Action.ROLLBACK]):
         plan = read_plan(table, rb)
         target = plan["instantToRollback"]["commitTime"]
+        if any(i.time == target and i.is_completed and i.action != Action.SAVEPOINT for i in tl.instants):
+            # a restore plans the rollback of a completed instant before it unpublishes it; only
+            # that restore (run again) may finish it, or a committed write would lose its files
+            log.info("rollback %s of completed %s belongs to a restore; leaving it", rb.time, target)
+            busy.add(target)
+            continue
         if not force and not heartbeat.is_expired(
             table.storage, rb.time, started_ms=table.load_timeline().last_written_ms(rb.time)
         ):

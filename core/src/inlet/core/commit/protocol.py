@@ -181,8 +181,9 @@ class LocalCommitProtocol(CommitProtocol):
     def finish(self, instant: Instant, content: bytes) -> Instant:
         with table_lock(self.storage):
             tl = self.timeline()
+            action = instant.with_state(State.COMPLETED).action
             for existing in tl.instants:
-                if existing.time == instant.time and existing.is_completed:
+                if existing.time == instant.time and existing.is_completed and existing.action == action:
                     return existing  # finished by another process meanwhile (e.g. a resumed rollback)
             done = instant.with_state(State.COMPLETED, next_instant_time(tl.max_instant_time()))
             self._write(tl, done, content)

@@ -19,7 +19,9 @@ from inlet.core.actions.archive import ArchiveResult, archive
 from inlet.core.actions.clean import CleanPlan, CleanResult, clean, cleans, plan_clean
 from inlet.core.actions.compaction_plan import CompactionInfo, schedule, show
 from inlet.core.actions.compaction_run import compact, run
+from inlet.core.actions.restore import RestoreResult, restore
 from inlet.core.actions.rollback import rollback_failed_writes
+from inlet.core.actions.savepoint import SavepointInfo, create_savepoint, delete_savepoint, list_savepoints
 from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.commit.result import CommitResult
 from inlet.core.config import (
@@ -422,3 +424,23 @@ class HudiTable(TableHandle):
             self.meta.timeline_path,
             TableConfig.TIMELINE_HISTORY_PATH.require(self.meta.props),
         )
+
+    # ------------------------------------------------------------------ savepoint and restore
+
+    def savepoint(self, instant_time: str, user: str | None = None, comment: str = "") -> SavepointInfo:
+        """Savepoint a completed commit: clean and archive keep what it reads, and
+        :meth:`restore` can return to it. See :mod:`inlet.core.actions.savepoint`."""
+        return create_savepoint(self, instant_time, user, comment)
+
+    def savepoints(self) -> list[SavepointInfo]:
+        """The completed savepoints, oldest first."""
+        return list_savepoints(self)
+
+    def delete_savepoint(self, instant_time: str) -> None:
+        """Remove the savepoint at ``instant_time``."""
+        delete_savepoint(self, instant_time)
+
+    def restore(self, to: str) -> RestoreResult:
+        """Roll back every write after the savepoint ``to`` (or finish a pending restore to it).
+        See :mod:`inlet.core.actions.restore`."""
+        return restore(self, to)

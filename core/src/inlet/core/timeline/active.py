@@ -30,16 +30,19 @@ class Timeline:
     def instants(self) -> list[Instant]:
         """Every instant in its latest state, ordered by requested time."""
         # instant times are unique per table: keep each time's most advanced state (a
-        # compaction is "compaction" while pending and "commit" once completed)
-        latest: dict[str, Instant] = {}
+        # compaction is "compaction" while pending and "commit" once completed). A savepoint is
+        # the exception: it takes the time of the commit it protects (Hudi's
+        # SavepointActionExecutor), so it is kept beside that commit.
+        latest: dict[tuple[str, bool], Instant] = {}
         order = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
         for info in self.storage.list_files(self.dir):
             inst = Instant.parse_file_name(posixpath.basename(info.path), info.mtime_ms)
             if inst is None:
                 continue
-            prev = latest.get(inst.time)
+            key = (inst.time, inst.action == Action.SAVEPOINT)
+            prev = latest.get(key)
             if prev is None or order[inst.state] > order[prev.state]:
-                latest[inst.time] = inst
+                latest[key] = inst
         return sorted(latest.values(), key=lambda i: (i.time, i.action))
 
     def __iter__(self) -> Iterator[Instant]:

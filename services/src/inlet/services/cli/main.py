@@ -45,6 +45,7 @@ from inlet.services.cli.parsing import (
     common_options,
     formatter,
 )
+from inlet.services.cli.savepoint import add_savepoint_commands
 from inlet.services.cli.stack import add_stack_commands
 from inlet.services.cli.table import add_table_commands
 from inlet.services.cli.table_services import add_table_services_commands
@@ -222,6 +223,7 @@ def build_parser() -> ArgumentParser:
     add_compaction_commands(subparsers)
     add_clean_commands(subparsers)
     add_archive_commands(subparsers)
+    add_savepoint_commands(subparsers)
     add_coordinator_commands(subparsers)
     add_catalog_commands(subparsers)
     add_dlq_commands(subparsers)
