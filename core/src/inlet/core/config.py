@@ -346,6 +346,30 @@ _COMPACTION_STRATEGY_CLASSES = {
 }
 
 
+class ClusteringConfig:
+    """Clustering options (Hudi's ``HoodieClusteringConfig`` names and defaults); not persisted."""
+
+    SORT_COLUMNS: ConfigKey[list[str]] = ConfigKey(
+        "hoodie.clustering.plan.strategy.sort.columns", parse_list, []
+    )
+    SMALL_FILE_LIMIT = ConfigKey(
+        "hoodie.clustering.plan.strategy.small.file.limit", parse_positive_int, 300 * 1024 * 1024
+    )
+    TARGET_FILE_MAX_BYTES = ConfigKey(
+        "hoodie.clustering.plan.strategy.target.file.max.bytes", parse_positive_int, 1024 * 1024 * 1024
+    )
+    MAX_BYTES_PER_GROUP = ConfigKey(
+        "hoodie.clustering.plan.strategy.max.bytes.per.group", parse_positive_int, 2 * 1024 * 1024 * 1024
+    )
+    MAX_NUM_GROUPS = ConfigKey("hoodie.clustering.plan.strategy.max.num.groups", parse_positive_int, 30)
+    # writes completed since the last clustering before the next one is planned
+    INLINE_MAX_COMMITS = ConfigKey("hoodie.clustering.inline.max.commits", parse_positive_int, 4)
+
+    @classmethod
+    def validate(cls, options: Mapping[str, str]) -> None:
+        check_options(options, (*config_keys(cls), *config_keys(WriteConfig)))
+
+
 class CompactionConfig:
     """Compaction options (Hudi's ``HoodieCompactionConfig`` names and defaults); not persisted."""
 

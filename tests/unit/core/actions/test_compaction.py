@@ -30,8 +30,8 @@ from inlet.core.actions.compaction_run import (
     AFTER_FIRST_FILE,
     AFTER_INFLIGHT,
     BEFORE_COMPLETE,
-    _roll_back_attempt,
     compact_operation,
+    roll_back_attempt,
 )
 from inlet.core.commit import heartbeat, markers
 from inlet.core.commit.protocol import LocalCommitProtocol, find_conflicts
@@ -583,6 +583,6 @@ def test_a_completed_compaction_is_never_rolled_back(tmp_path: Path) -> None:
     result = t.compact(DUE)
     assert result is not None
     files = instant_files(t, result.instant_time)
-    assert _roll_back_attempt(t, result.instant_time) == []
+    assert roll_back_attempt(t, Instant(result.instant_time, "compaction", State.INFLIGHT)) == []
     assert instant_files(t, result.instant_time) == files
     assert (Path(t.base_path) / ".hoodie/timeline" / f"{result.instant_time}.compaction.inflight").exists()

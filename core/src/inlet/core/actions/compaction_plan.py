@@ -339,8 +339,8 @@ def _plans_of(timeline: Timeline, actions: Iterable[str]) -> list[tuple[Instant,
     return out
 
 
-def _file_groups_under_clustering(timeline: Timeline) -> set[tuple[str, str]]:
-    """File groups named by pending clustering plans (Apache Hudi writes them; Inlet does not)."""
+def file_groups_under_clustering(timeline: Timeline) -> set[tuple[str, str]]:
+    """File groups named by pending clustering plans (Apache Hudi's or Inlet's)."""
     out: set[tuple[str, str]] = set()
     for inst in timeline.pending([Action.CLUSTERING, Action.REPLACE_COMMIT]):
         try:
@@ -364,7 +364,7 @@ def plan_compaction(
     file slice: under the table lock all of them completed before the next instant time)."""
     view = FileSystemView(timeline, None, list(files) if files is not None else None)
     busy = {fg for _, plan in _plans_of(timeline, [Action.COMPACTION]) for fg in plan.file_groups()}
-    busy |= _file_groups_under_clustering(timeline)
+    busy |= file_groups_under_clustering(timeline)
     default_base_size = WriteConfig.PARQUET_MAX_FILE_SIZE.require(options)
     candidates = []
     for fs in view.latest_file_slices():

@@ -264,24 +264,26 @@ def _attempt_files(storage: Storage, instant_time: str) -> list[str]:
     return sorted(files)
 
 
-def _roll_back_attempt(table: TableHandle, instant_time: str) -> list[str]:
-    """Undo a failed or crashed run: delete its files and markers, then its inflight file (the
-    requested plan stays, so the compaction can run again). Files go first: until the inflight
-    file is gone a crash here leaves a run that the next :func:`run` rolls back again.
+def roll_back_attempt(table: TableHandle, inflight: Instant) -> list[str]:
+    """Undo a failed or crashed run of a planned table service (compaction, clustering): delete
+    its files and markers, then its inflight file (the requested plan stays, so it can run again).
+    Files go first: until the inflight file is gone a crash here leaves a run that the next run
+    rolls back again.
 
-    Never touches a compaction that has completed (another run, wrongly taken for dead, may have
+    Never touches an instant that has completed (another run, wrongly taken for dead, may have
     completed it with files of the same names)."""
     storage = table.storage
+    instant_time = inflight.time
     with table_lock(storage):
         tl = table.commit_protocol.timeline()
         if any(i.time == instant_time and i.is_completed for i in tl.instants):
-            log.warning("compaction %s has completed meanwhile; nothing to roll back", instant_time)
+            log.warning("%s %s has completed meanwhile; nothing to roll back", inflight.action, instant_time)
             return []
         files = _attempt_files(storage, instant_time)
         for f in files:
             storage.delete(f)
         markers.delete_markers(storage, instant_time)
-        storage.delete(tl.path_of(_inflight(instant_time)))
+        storage.delete(tl.path_of(inflight))
     heartbeat.delete(storage, instant_time)
     return files
 
@@ -349,7 +351,7 @@ def run(
                     f"compaction {t} is running in another process (its heartbeat is alive); "
                     "retry later, or use force if that process is gone"
                 )
-            removed = _roll_back_attempt(table, t)
+            removed = roll_back_attempt(table, _inflight(t))
             log.warning("rolled back the failed run of compaction %s (%d file(s) deleted)", t, len(removed))
         plan = read_plan(tl, t)
         pending = PendingInstant.resume(storage, protocol, _requested(t), interval)
@@ -401,7 +403,7 @@ def _execute(
     storage = table.storage
     t = pending.time
     started = time.monotonic()
-    with pending.guard(lambda _: _roll_back_attempt(table, t)):
+    with pending.guard(lambda _: roll_back_attempt(table, _inflight(t))):
         faults.crash_point(AFTER_INFLIGHT)
         ctx = compaction_context(table, t, opts)
         metadata = CommitMetadata(operation_type=WriteOperation.COMPACT.value, compacted=True)

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from inlet.core.actions import clustering
 from inlet.core.actions.archive import ArchiveResult, archive
 from inlet.core.actions.clean import CleanPlan, CleanResult, clean, cleans, plan_clean
 from inlet.core.actions.compaction_plan import CompactionInfo, schedule, show
@@ -392,6 +393,27 @@ class HudiTable(TableHandle):
     def compactions(self) -> list[CompactionInfo]:
         """Compactions on the active timeline (pending and completed) with their plans."""
         return show(self)
+
+    # ------------------------------------------------------------------ clustering
+
+    def schedule_clustering(self, options: dict[str, str] | None = None, force: bool = False) -> str | None:
+        """Plan a clustering if one is due (``hoodie.clustering.*`` options; ``force``: whatever
+        the trigger says); returns its instant time, or None. See :mod:`inlet.core.actions.clustering`."""
+        return clustering.schedule_clustering(self, options, force=force)
+
+    def run_clustering(
+        self, instant: str | None = None, options: dict[str, str] | None = None, force: bool = False
+    ) -> CommitResult | None:
+        """Run a pending clustering (``instant``, or the earliest); None if none is pending."""
+        return clustering.run_clustering(self, instant, options, force=force)
+
+    def cluster(self, options: dict[str, str] | None = None, force: bool = False) -> CommitResult | None:
+        """Schedule a clustering (if due, or ``force``) and run it."""
+        return clustering.cluster(self, options, force=force)
+
+    def pending_clustering(self) -> list[str]:
+        """Instant times of the pending clustering plans, oldest first."""
+        return clustering.pending_clustering(self)
 
     # ------------------------------------------------------------------ clean
 
