@@ -71,3 +71,41 @@ def test_the_services_keep_a_long_lived_table_bounded_and_readable(tmp_path: Pat
     for reader in hudi_rs.READER_VERSIONS:
         rows = hudi_rs.read_table(path, reader).select(["id", "ts"])
         assert {r["id"]: r["ts"] for r in rows.to_pylist()} == model, reader
+
+
+def test_clustering_clean_and_archive_keep_many_small_inserts_in_few_files(tmp_path: Path) -> None:
+    """Each of 40 commits bulk-inserts into a new small file group of a Copy-on-Write table; with
+    clustering (every 5 writes), clean and archive after each commit the file groups and files stay
+    few, the readers (Inlet after every commit, both hudi-rs readers at the end) equal the model."""
+    path = str(tmp_path / "t")
+    HudiTable.create(path, name="t", record_key="id", ordering_field="ts")
+    opts = {
+        "hoodie.clustering.inline.max.commits": "5",
+        "hoodie.clean.commits.retained": "2",
+        "hoodie.keep.min.commits": "4",
+        "hoodie.keep.max.commits": "6",
+    }
+    model: dict[int, int] = {}
+    clustered = 0
+    for ts in range(1, 41):
+        ids = [2 * ts, 2 * ts + 1]
+        HudiTable.open(path).write(
+            pa.table({"id": pa.array(ids, pa.int64()), "ts": pa.array([ts, ts], pa.int64())}), "bulk_insert"
+        )
+        model.update({i: ts for i in ids})
+        done = run_services(
+            HudiTable.open(path), "t", ("clustering", "clean", "archive"), opts, stale_plan_s=0
+        )
+        clustered += len(done.completed.get("clustering", []))
+        t = HudiTable.open(path)
+        assert {r["id"]: r["ts"] for r in t.read(columns=["id", "ts"]).to_pylist()} == model
+    t = HudiTable.open(path)
+    assert clustered >= 40 // 5 - 1
+    # without clustering there would be 40 file groups; a clustering leaves one, and at most the
+    # writes since the last one (< 5 + the clustering's own) add more
+    assert len(t.file_system_view().latest_file_slices()) <= 6
+    data_files = [p for p in Path(path).rglob("*.parquet") if ".hoodie" not in p.parts]
+    assert len(data_files) < 20
+    for reader in hudi_rs.READER_VERSIONS:
+        rows = hudi_rs.read_table(path, reader).select(["id", "ts"])
+        assert {r["id"]: r["ts"] for r in rows.to_pylist()} == model, reader

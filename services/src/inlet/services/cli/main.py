@@ -22,6 +22,7 @@ from inlet.services.cli.archive import add_archive_commands
 from inlet.services.cli.catalog import add_catalog_commands
 from inlet.services.cli.cdc import add_cdc_commands
 from inlet.services.cli.clean import add_clean_commands
+from inlet.services.cli.clustering import add_clustering_commands
 from inlet.services.cli.commit import add_coordinator_options
 from inlet.services.cli.compaction import add_compaction_commands
 from inlet.services.cli.coordinator import add_coordinator_commands
@@ -221,6 +222,7 @@ def build_parser() -> ArgumentParser:
     _add_read(subparsers)
     add_timeline_commands(subparsers)
     add_compaction_commands(subparsers)
+    add_clustering_commands(subparsers)
     add_clean_commands(subparsers)
     add_archive_commands(subparsers)
     add_savepoint_commands(subparsers)

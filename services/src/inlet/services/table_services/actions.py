@@ -12,6 +12,11 @@ Compaction (Merge-on-Read only), as Apache Hudi's async compaction does it:
    ``hoodie.compact.inline.max.delta.seconds``, from the service's options and the table's
    properties) and run.
 
+Clustering (opt-in: ``--services compaction,clustering,clean,archive``; not for bucket-index
+tables), after compaction as Hudi's inline services run: abandoned plans first, then a new plan when
+``hoodie.clustering.inline.max.commits`` writes have completed since the last one (see
+:mod:`inlet.core.actions.clustering`).
+
 Clean (every table), as Apache Hudi's cleaner does after commits (see :mod:`inlet.core.actions.clean`):
 interrupted cleans are finished, failed writes rolled back, and the file slices outside the
 retained window (``hoodie.clean.policy``, ``hoodie.clean.commits.retained`` = 10, ...) deleted.
@@ -31,13 +36,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from inlet.core import HudiTable
-from inlet.core.config import TableType
-from inlet.core.timeline.instant import State, parse_instant_time
+from inlet.core.config import IndexType, TableConfig, TableType
+from inlet.core.timeline.instant import Action, State, parse_instant_time
 
 STALE_PLAN_S = 60.0
 COMPACTION = "compaction"
 CLEAN = "clean"
 ARCHIVE = "archive"
+CLUSTERING = "clustering"
+# what runs unless --services says otherwise; clustering rewrites data files and is opt-in, as
+# Hudi's (hoodie.clustering.inline / async are off by default)
 ALL_SERVICES = (COMPACTION, CLEAN, ARCHIVE)
 
 
@@ -80,6 +88,24 @@ def run_compaction(
         run.add(COMPACTION, instant)
 
 
+def run_clustering(
+    table: HudiTable, options: Mapping[str, str], run: ServiceRun, stale_plan_s: float
+) -> None:
+    if TableConfig.INDEX_TYPE.get(table.props) is IndexType.BUCKET:
+        return  # a bucket's file group is fixed by its hash: nothing to cluster
+    opts = dict(options)
+    for pending in table.timeline.pending([Action.CLUSTERING]):
+        if pending.state is State.INFLIGHT:
+            run.skipped.append(f"clustering {pending.time} is inflight (its runner runs it)")
+        elif _age_s(pending.time) < stale_plan_s:
+            run.skipped.append(f"clustering {pending.time} was just requested (its scheduler runs it)")
+        elif table.run_clustering(pending.time, opts) is not None:
+            run.add(CLUSTERING, pending.time)
+    planned = table.schedule_clustering(opts)
+    if planned is not None and table.run_clustering(planned, opts) is not None:
+        run.add(CLUSTERING, planned)
+
+
 def run_clean(table: HudiTable, options: Mapping[str, str], run: ServiceRun, stale_plan_s: float) -> None:
     result = table.clean(dict(options))
     for instant in (*result.resumed, *([result.instant] if result.instant else [])):
@@ -96,6 +122,7 @@ def run_archive(table: HudiTable, options: Mapping[str, str], run: ServiceRun, s
 
 SERVICES: dict[str, Callable[[HudiTable, Mapping[str, str], ServiceRun, float], None]] = {
     COMPACTION: run_compaction,
+    CLUSTERING: run_clustering,
     CLEAN: run_clean,
     ARCHIVE: run_archive,
 }
