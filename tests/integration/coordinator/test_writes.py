@@ -354,3 +354,21 @@ def test_compaction_commits_through_the_coordinator(
     assert row == ("compaction", "COMPLETED", result.completion_time, "commit")
     assert [e[0] for e in events][-1] == f"mor/{result.instant_time}"
     assert [i.action for i in client.get_timeline("mor")] == ["deltacommit", "deltacommit", "commit"]
+
+
+def test_clustering_commits_through_the_coordinator(
+    client: CoordinatorClient, lake: Path, open_table: Callable[..., HudiTable]
+) -> None:
+    path = lake / "clustered"
+    HudiTable.create(str(path), name="clustered", record_key="id", partition_by="city", ordering_field="ts")
+    client.register_table("clustered", str(path))
+    table = open_table(client, "clustered", path)
+    for k in range(3):
+        table.write(rows([k * 10 + 1, k * 10 + 2], "sf", 1), "bulk_insert")
+    result = table.cluster({"hoodie.clustering.plan.strategy.sort.columns": "fare"}, force=True)
+    assert result is not None and result.action == "replacecommit"
+    assert [r["id"] for r in hudi_rows(path)] == [1, 2, 11, 12, 21, 22]
+    assert len(HudiTable.open(str(path)).file_system_view().latest_file_slices()) == 1
+    timeline = client.get_timeline("clustered")
+    assert [i.action for i in timeline] == ["commit", "commit", "commit", "replacecommit"]
+    assert timeline[-1].time == result.instant_time
