@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 from inlet.core import avro, faults
-from inlet.core.actions.rollback import files_of, plan_rollback
+from inlet.core.actions.rollback import files_of, plan_rollback, rollback_metadata
 from inlet.core.commit import heartbeat, markers
 from inlet.core.commit.locks import table_lock
 from inlet.core.config import TableType
@@ -156,24 +156,7 @@ def _rollback_one(table: TableHandle, inst: Instant) -> dict[str, Any]:
         heartbeat.delete(storage, inst.time)
     finally:
         beat.stop()
-    return {
-        "startRollbackTime": rb.time,
-        "timeTakenInMillis": int((time.monotonic() - started) * 1000),
-        "totalFilesDeleted": sum(len(v) for v in deleted.values()),
-        "commitsRollback": [inst.time],
-        "partitionMetadata": {
-            p: {
-                "partitionPath": p,
-                "successDeleteFiles": fs,
-                "failedDeleteFiles": [],
-                "rollbackLogFiles": {},
-                "logFilesFromFailedCommit": {},
-            }
-            for p, fs in deleted.items()
-        },
-        "version": 1,
-        "instantsRollback": [{"commitTime": inst.time, "action": inst.action}],
-    }
+    return rollback_metadata(rb.time, started, deleted, inst)
 
 
 def read_restore_plan(timeline: Timeline, restore_instant: Instant) -> dict[str, Any]:

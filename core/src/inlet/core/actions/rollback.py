@@ -73,21 +73,15 @@ def plan_rollback(instant: Instant, files: list[str]) -> dict[str, Any]:
     }
 
 
-def _execute(table: TableHandle, rollback_instant: Instant, plan: dict[str, Any]) -> None:
-    started = time.monotonic()
-    storage = table.storage
-    target = plan["instantToRollback"]
-    deleted: dict[str, list[str]] = {}
-    for req in plan.get("RollbackRequests") or []:
-        for f in req.get("filesToBeDeleted") or []:
-            storage.delete(f)
-            deleted.setdefault(req["partitionPath"], []).append(f)
-    faults.crash_point(faults.ROLLBACK_AFTER_DELETE)
-    metadata = {
-        "startRollbackTime": rollback_instant.time,
+def rollback_metadata(
+    rollback_time: str, started: float, deleted: dict[str, list[str]], target: Instant
+) -> dict[str, Any]:
+    """``HoodieRollbackMetadata`` of rolling back ``target``: the files deleted per partition."""
+    return {
+        "startRollbackTime": rollback_time,
         "timeTakenInMillis": int((time.monotonic() - started) * 1000),
         "totalFilesDeleted": sum(len(v) for v in deleted.values()),
-        "commitsRollback": [target["commitTime"]],
+        "commitsRollback": [target.time],
         "partitionMetadata": {
             p: {
                 "partitionPath": p,
@@ -99,8 +93,26 @@ def _execute(table: TableHandle, rollback_instant: Instant, plan: dict[str, Any]
             for p, fs in deleted.items()
         },
         "version": 1,
-        "instantsRollback": [{"commitTime": target["commitTime"], "action": target["action"]}],
+        "instantsRollback": [{"commitTime": target.time, "action": target.action}],
     }
+
+
+def _execute(table: TableHandle, rollback_instant: Instant, plan: dict[str, Any]) -> None:
+    started = time.monotonic()
+    storage = table.storage
+    target = plan["instantToRollback"]
+    deleted: dict[str, list[str]] = {}
+    for req in plan.get("RollbackRequests") or []:
+        for f in req.get("filesToBeDeleted") or []:
+            storage.delete(f)
+            deleted.setdefault(req["partitionPath"], []).append(f)
+    faults.crash_point(faults.ROLLBACK_AFTER_DELETE)
+    metadata = rollback_metadata(
+        rollback_instant.time,
+        started,
+        deleted,
+        Instant(target["commitTime"], target["action"], State.COMPLETED),
+    )
     # remove the failed instant's timeline files, newest state first, then complete the rollback
     tl = table.load_timeline()
     for inst in tl.instants:
