@@ -52,6 +52,7 @@ from inlet.services.stack.processes import (
     LOOPBACK,
     StackError,
     free_port,
+    log_since,
     log_tail,
     port_is_open,
     stop_process_group,
@@ -302,7 +303,7 @@ class EmbeddedKafka:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self._proc = None
-                new_log = self._log_path.read_text(errors="replace")[log_start:]
+                new_log = log_since(self._log_path, log_start)
                 if "Address already in use" in new_log or "AddrInUse" in new_log:
                     return False
                 raise StackError(f"Tansu exited with code {proc.returncode} at start:\n{new_log[-3000:]}")

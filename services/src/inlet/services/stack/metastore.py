@@ -49,6 +49,7 @@ from inlet.services.stack.processes import (
     LOOPBACK,
     StackError,
     free_port,
+    log_since,
     log_tail,
     port_is_open,
     stop_process_group,
@@ -346,13 +347,13 @@ class EmbeddedMetastore:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self._proc = None
-                new_log = self.log_path.read_text(errors="replace")[log_start:]
+                new_log = log_since(self.log_path, log_start)
                 if "Address already in use" in new_log or "BindException" in new_log:
                     return False
                 raise StackError(
                     f"the metastore exited with code {proc.returncode} at start:\n{new_log[-3000:]}"
                 )
-            if _SERVING_MARK in self.log_path.read_text(errors="replace")[log_start:]:
+            if _SERVING_MARK in log_since(self.log_path, log_start):
                 break
             time.sleep(0.1)
         else:

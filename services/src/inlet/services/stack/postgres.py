@@ -45,6 +45,7 @@ from inlet.services.stack.processes import (
     LOOPBACK,
     StackError,
     free_port,
+    log_since,
     log_tail,
     port_is_open,
     stop_process_group,
@@ -391,7 +392,7 @@ class EmbeddedPostgres:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 self._proc = None
-                new_log = log_path.read_text(errors="replace")[log_start:]
+                new_log = log_since(log_path, log_start)
                 if any(marker in new_log for marker in _BIND_FAILURES):
                     return False
                 raise StackError(

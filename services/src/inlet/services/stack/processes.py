@@ -42,6 +42,13 @@ def log_tail(path: Path | None, max_chars: int = 3000) -> str:
     return text[-max_chars:]
 
 
+def log_since(path: Path, offset: int) -> str:
+    """What a server wrote to its log after byte ``offset`` (its size before the server started)."""
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes of the process group ``pgid``.
 

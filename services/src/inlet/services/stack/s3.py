@@ -44,6 +44,7 @@ from inlet.services.stack.processes import (
     LOOPBACK,
     StackError,
     free_port,
+    log_since,
     log_tail,
     port_is_open,
     stop_process_group,
@@ -445,7 +446,7 @@ class EmbeddedS3:
             if proc.poll() is not None:
                 self._proc = None
                 self._remove_grpc_sockets()
-                new_log = log_path.read_text(errors="replace")[log_start:]
+                new_log = log_since(log_path, log_start)
                 if any(marker in new_log.lower() for marker in _BIND_FAILURES):
                     return False
                 raise StackError(f"SeaweedFS exited with code {proc.returncode} at start:\n{new_log[-3000:]}")
