@@ -33,8 +33,7 @@ import pyarrow as pa
 
 from inlet.core.config import TableConfig
 from inlet.core.errors import InvalidInputError, UnsupportedError
-from inlet.core.read.incremental import ChangeWindow, change_window
-from inlet.core.read.snapshot import plan_read, read_slice
+from inlet.core.read.incremental import ChangeWindow, change_window, read_file_groups
 from inlet.core.schema import META_COLUMNS, MetaField
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
@@ -70,12 +69,7 @@ def _state(
     """Record key -> row of the file groups ``groups`` as of ``as_of`` (None: before any write)."""
     if as_of is None or not groups:
         return {}
-    wanted = None if columns is None else list(dict.fromkeys([KEY, COMMIT_TIME, *columns]))
-    plan = plan_read(table, as_of, wanted, None, meta_columns=True)
-    plan.slices = [s for s in plan.slices if (s.partition, s.file_id) in groups]
-    return {
-        r[KEY]: r for fs in plan.slices for piece in read_slice(table, plan, fs) for r in piece.to_pylist()
-    }
+    return {r[KEY]: r for r in read_file_groups(table, as_of, groups, columns).to_pylist()}
 
 
 def _previous_write(timeline: Timeline, inst: Instant) -> str | None:

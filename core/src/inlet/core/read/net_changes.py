@@ -30,9 +30,9 @@ import pyarrow.compute as pc
 
 from inlet.core.errors import InvalidInputError, UnsupportedError
 from inlet.core.read.cdc import CDC_SCHEMA
-from inlet.core.read.incremental import ChangeWindow, change_window
+from inlet.core.read.incremental import ChangeWindow, change_window, read_file_groups
 from inlet.core.read.options import ChangeFormat
-from inlet.core.read.snapshot import plan_read, read_slice
+from inlet.core.read.snapshot import plan_read
 from inlet.core.schema import META_COLUMNS, MetaField
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
@@ -40,18 +40,6 @@ from inlet.core.timeline.active import Timeline
 KEY: str = MetaField.RECORD_KEY.value
 COMMIT_TIME: str = MetaField.COMMIT_TIME.value
 INSERT, UPDATE, DELETE = "i", "u", "d"
-
-
-def _read_groups(
-    table: TableHandle, as_of: str | None, groups: set[tuple[str, str]] | None, columns: Sequence[str] | None
-) -> pa.Table:
-    """The table as of ``as_of``, restricted to ``groups`` (None: every file group)."""
-    wanted = None if columns is None else list(dict.fromkeys([KEY, COMMIT_TIME, *columns]))
-    plan = plan_read(table, as_of, wanted, None, meta_columns=True)
-    if groups is not None:
-        plan.slices = [s for s in plan.slices if (s.partition, s.file_id) in groups]
-    pieces = [p for fs in plan.slices for p in read_slice(table, plan, fs)]
-    return pa.concat_tables(pieces) if pieces else plan.out_schema.empty_table()
 
 
 def _start_instant(timeline: Timeline, begin: str) -> str | None:
@@ -71,7 +59,7 @@ def _ends(
     timeline = table.load_timeline()
     window = change_window(timeline, begin, end)
     if not window.instants:
-        empty = _read_groups(table, None, set(), columns)
+        empty = read_file_groups(table, None, set(), columns)
         return window, empty, empty
     groups: set[tuple[str, str]] | None = None
     if not window.full_scan:
@@ -81,9 +69,11 @@ def _ends(
     last = max(i.time for i in window.instants)
     start = _start_instant(timeline, window.begin)
     before = (
-        _read_groups(table, start, groups, columns) if start else _read_groups(table, None, set(), columns)
+        read_file_groups(table, start, groups, columns)
+        if start
+        else read_file_groups(table, None, set(), columns)
     )
-    after = _read_groups(table, last, groups, columns)
+    after = read_file_groups(table, last, groups, columns)
     return window, before, after
 
 

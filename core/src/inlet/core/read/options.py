@@ -7,11 +7,26 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from inlet.core.errors import InvalidInputError
 
 Filter = tuple[str, str, Any]
+
+
+E = TypeVar("E", bound=enum.StrEnum)
+
+
+def _parse(cls: type[E], value: E | str, what: str) -> E:
+    """``value`` as a member of ``cls``, spelled in any case, with ``-`` or ``_``."""
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(str(value).strip().lower().replace("-", "_"))
+    except ValueError:
+        raise InvalidInputError(
+            f"unknown {what} {value!r} (use one of {', '.join(m.value for m in cls)})"
+        ) from None
 
 
 class QueryType(enum.StrEnum):
@@ -25,15 +40,7 @@ class QueryType(enum.StrEnum):
 
     @classmethod
     def parse(cls, value: QueryType | str) -> QueryType:
-        if isinstance(value, QueryType):
-            return value
-        text = value.strip().lower().replace("-", "_")
-        try:
-            return cls(text)
-        except ValueError:
-            raise InvalidInputError(
-                f"unknown query type {value!r} (use one of {', '.join(q.value for q in cls)})"
-            ) from None
+        return _parse(cls, value, "query type")
 
 
 class ChangeFormat(enum.StrEnum):
@@ -48,15 +55,7 @@ class ChangeFormat(enum.StrEnum):
 
     @classmethod
     def parse(cls, value: ChangeFormat | str) -> ChangeFormat:
-        if isinstance(value, ChangeFormat):
-            return value
-        text = value.strip().lower().replace("-", "_")
-        try:
-            return cls(text)
-        except ValueError:
-            raise InvalidInputError(
-                f"unknown change format {value!r} (use one of {', '.join(f.value for f in cls)})"
-            ) from None
+        return _parse(cls, value, "change format")
 
 
 @dataclass(frozen=True)
