@@ -39,7 +39,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from inlet.core import avro, faults
 from inlet.core.actions.compaction_plan import file_groups_under_clustering, read_plan
@@ -57,7 +56,7 @@ from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time
-from inlet.core.write.files import ensure_partition_metadata
+from inlet.core.write.files import ensure_partition_metadata, write_base_file
 
 log = logging.getLogger(__name__)
 
@@ -314,10 +313,8 @@ def cluster_group(
     partition = group.slices[0].partition
     n = min(group.num_output_groups, max(1, rows.num_rows))
     per_file = math.ceil(rows.num_rows / n) if rows.num_rows else 0
-    metadata = {"parquet.avro.schema": ctx.parquet_avro_schema, "writer.model.name": "avro"}
-    schema = ctx.schema.with_metadata(metadata)
+    schema = ctx.schema
     file_col = schema.get_field_index(MetaField.FILE_NAME.value)
-    key_col = schema.get_field_index(MetaField.RECORD_KEY.value)
     stats = []
     ensure_partition_metadata(storage, partition, ctx.instant_time)
     for k in range(n):
@@ -331,16 +328,7 @@ def cluster_group(
         chunk = chunk.set_column(
             file_col, schema.field(file_col), pa.repeat(pa.scalar(name, pa.string()), chunk.num_rows)
         )
-        bounds = pc.min_max(chunk.column(key_col)).as_py()
-        with pq.ParquetWriter(
-            storage.full(rel), schema, filesystem=storage.fs, compression=ctx.compression
-        ) as w:
-            w.write_table(chunk.cast(schema))
-            if bounds["min"] is not None:
-                w.add_key_value_metadata(
-                    {"hoodie_min_record_key": bounds["min"], "hoodie_max_record_key": bounds["max"]}
-                )
-        written = storage.fs.get_file_info(storage.full(rel)).size or 0
+        written = write_base_file(storage, rel, chunk.cast(schema), ctx.avro_schema, ctx.compression)
         stats.append(
             WriteStat(
                 file_id=file_id,

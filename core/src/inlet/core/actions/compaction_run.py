@@ -24,7 +24,6 @@ Readers ignore a pending compaction: its base files belong to no completed insta
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -82,7 +81,7 @@ from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import SCHEMA_KEY, CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time
-from inlet.core.write.files import ensure_partition_metadata
+from inlet.core.write.files import avro_with_meta, ensure_partition_metadata
 
 log = logging.getLogger(__name__)
 AFTER_INFLIGHT = "compaction_after_inflight"
@@ -91,13 +90,6 @@ AFTER_DATA_FILES = "compaction_after_data_files"
 BEFORE_COMPLETE = "compaction_before_complete"
 # rows per row group of a compacted base file (merged pieces are buffered up to it)
 ROW_GROUP_ROWS = 256 * 1024
-
-
-def _schema_with_meta(avro_schema: str) -> str:
-    rec = json.loads(avro_schema)
-    meta = [{"name": c, "type": ["null", "string"], "doc": "", "default": None} for c in META_COLUMNS]
-    rec["fields"] = meta + [f for f in rec["fields"] if f.get("name") not in META_COLUMNS]
-    return json.dumps(rec, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -385,7 +377,7 @@ def compaction_context(
     return CompactionContext(
         instant_time=instant_time,
         schema=schema,
-        parquet_avro_schema=_schema_with_meta(avro_schema),
+        parquet_avro_schema=avro_with_meta(avro_schema),
         compression=WriteConfig.PARQUET_COMPRESSION.require(options),
         merge=merge_config(table),
         blocks=BlockFilter(CommittedInstants.of(view)),

@@ -153,15 +153,7 @@ def write_file_group(
     markers.create_marker(
         storage, ctx.instant_time, fg.partition, name, "MERGE" if fg.base_file else "CREATE"
     )
-    keys = out.column(KEY)
-    avro_with_meta = _avro_with_meta(ctx.avro_schema)
-    md: dict[bytes | str, bytes | str] = {"parquet.avro.schema": avro_with_meta, "writer.model.name": "avro"}
-    if out.num_rows and ctx.populate_meta_fields:
-        md["hoodie_min_record_key"] = pc.min(keys).as_py()
-        md["hoodie_max_record_key"] = pc.max(keys).as_py()
-    out = out.replace_schema_metadata(md)
-    pq.write_table(out, storage.full(rel), filesystem=storage.fs, compression=ctx.compression)
-    size = storage.fs.get_file_info(storage.full(rel)).size or 0
+    size = write_base_file(storage, rel, out, ctx.avro_schema, ctx.compression, ctx.populate_meta_fields)
     elapsed = int((time.monotonic() - started) * 1000)
     return WriteStat(
         file_id=fg.file_id,
@@ -214,7 +206,7 @@ def write_log_group(
     token = write_token(task_id, stage_id, attempt)
     name = log_file_name(fg.file_id, ctx.instant_time, 1, token)
     rel = posixpath.join(fg.partition, name) if fg.partition else name
-    schema_json = _avro_with_meta(ctx.avro_schema)
+    schema_json = avro_with_meta(ctx.avro_schema)
     incoming = fg.records
     upserts = without_deletes(incoming)
     removals = incoming.filter(incoming.column(DELETED)) if upserts is not incoming else incoming.slice(0, 0)
@@ -275,11 +267,32 @@ def write_log_group(
     )
 
 
-def _avro_with_meta(avro_schema: str) -> str:
+def avro_with_meta(avro_schema: str) -> str:
+    """The table's Avro schema with the ``_hoodie_*`` meta fields first (optional strings), as a
+    base file's ``parquet.avro.schema`` and a log block's schema header hold it."""
     rec = json.loads(avro_schema)
     meta = [{"name": c, "type": ["null", "string"], "doc": "", "default": None} for c in META_COLUMNS]
-    rec["fields"] = meta + rec["fields"]
+    rec["fields"] = meta + [f for f in rec["fields"] if f.get("name") not in META_COLUMNS]
     return json.dumps(rec, separators=(",", ":"))
+
+
+def write_base_file(
+    storage: Storage, rel: str, rows: pa.Table, avro_schema: str, compression: str, key_bounds: bool = True
+) -> int:
+    """Write ``rows`` (meta columns first) as a Hudi base file at ``rel``: the Avro schema with its
+    meta fields in the footer, and with ``key_bounds`` the min/max record key; returns its size."""
+    md: dict[bytes | str, bytes | str] = {
+        "parquet.avro.schema": avro_with_meta(avro_schema),
+        "writer.model.name": "avro",
+    }
+    if rows.num_rows and key_bounds:
+        keys = rows.column(KEY)
+        md["hoodie_min_record_key"] = pc.min(keys).as_py()
+        md["hoodie_max_record_key"] = pc.max(keys).as_py()
+    pq.write_table(
+        rows.replace_schema_metadata(md), storage.full(rel), filesystem=storage.fs, compression=compression
+    )
+    return storage.fs.get_file_info(storage.full(rel)).size or 0
 
 
 def ensure_partition_metadata(storage: Storage, partition: str, instant_time: str) -> None:
