@@ -102,15 +102,7 @@ def add_clustering_commands(subparsers: Any) -> None:
 
 
 def _options(args: argparse.Namespace) -> dict[str, str]:
-    opts = options.parse_key_values(args.option)
-    for attr, (flag, key) in _FLAGS.items():
-        value = getattr(args, attr, None)
-        if value is None:
-            continue
-        if key in opts and opts[key] != str(value):
-            raise UsageError(f"{flag} {value} contradicts --option {key}")
-        opts[key] = str(value)
-    return opts
+    return options.options_with_flags(args, _FLAGS)
 
 
 def _plan_summary(table: HudiTable, instant: str | None) -> dict[str, Any]:

@@ -169,19 +169,8 @@ _COMPACTION_FLAGS = {
 }
 
 
-def _compaction_options(args: argparse.Namespace, with_plan_flags: bool = True) -> dict[str, str]:
-    opts = options.parse_key_values(args.option)
-    if not with_plan_flags:
-        return opts
-    for attr, (flag, key) in _COMPACTION_FLAGS.items():
-        value = getattr(args, attr, None)
-        if value is None:
-            continue
-        text = str(value).upper() if isinstance(value, str) else str(value)
-        if key in opts and opts[key].upper() != text.upper():
-            raise UsageError(f"{flag} {value} contradicts --option {key}")
-        opts[key] = text
-    return opts
+def _compaction_options(args: argparse.Namespace) -> dict[str, str]:
+    return options.options_with_flags(args, _COMPACTION_FLAGS, upper=True)
 
 
 def _plan_summary(table: HudiTable, instant: str | None) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from inlet.services.cli.errors import UsageError
 
@@ -90,6 +90,25 @@ def split_list(value: str | None, what: str) -> list[str] | None:
     if not items:
         raise UsageError(f"{what} is empty")
     return items
+
+
+def options_with_flags(
+    args: argparse.Namespace, flags: Mapping[str, tuple[str, str]], upper: bool = False
+) -> dict[str, str]:
+    """``--option`` pairs plus the flags that stand for Hudi keys (``flags``: attribute ->
+    (flag, key)); a flag contradicting an ``--option`` of its key is a usage error. ``upper``:
+    string values are enum names (compared and stored upper-case)."""
+    opts = parse_key_values(args.option)
+    for attr, (flag, key) in flags.items():
+        value = getattr(args, attr, None)
+        if value is None:
+            continue
+        text = str(value).upper() if upper and isinstance(value, str) else str(value)
+        given = opts.get(key)
+        if given is not None and (given.upper() if upper else given) != text:
+            raise UsageError(f"{flag} {value} contradicts --option {key}")
+        opts[key] = text
+    return opts
 
 
 def parse_key_values(pairs: Sequence[str] | None, what: str = "--option") -> dict[str, str]:
