@@ -172,10 +172,16 @@ class StackRun:
     """One stack directory: prepare PostgreSQL alone, then ``stack up``; ``down`` always, idempotently."""
 
     def __init__(
-        self, directory: Path, engine: str, batch_interval_ms: int | None, kafka_storage: str = "s3"
+        self,
+        directory: Path,
+        engine: str,
+        batch_interval_ms: int | None,
+        kafka_storage: str = "s3",
+        initial_load: str = "copy",
     ) -> None:
         self.dir = directory
         self.engine = engine
+        self.initial_load = initial_load
         self.batch_interval_ms = batch_interval_ms
         self.kafka_storage = kafka_storage
         self.addresses: dict[str, Any] = {}
@@ -211,6 +217,7 @@ class StackRun:
     def up(self) -> dict[str, Any]:
         self.started = True
         args = ["stack", "up", "--dir", str(self.dir), "--engine", self.engine, "--database", DATABASE]
+        args += ["--initial-load", self.initial_load]
         if self.batch_interval_ms is not None:
             args += ["--batch-interval-ms", str(self.batch_interval_ms)]
         if self.kafka_storage == "memory":
@@ -221,6 +228,7 @@ class StackRun:
                 database=DATABASE,
                 engine=self.engine,
                 persistent_kafka=False,
+                initial_load=self.initial_load,
                 **({"batch_interval_ms": self.batch_interval_ms} if self.batch_interval_ms else {}),
             )
             config.save()
@@ -553,6 +561,15 @@ def debezium_snapshot_times(log: Path) -> tuple[float | None, float | None]:
     return start, done
 
 
+def copy_load(directory: Path, table_id: str) -> dict[str, Any] | None:
+    """The table's entry in the stack's ``initial_load.json`` (None: not loaded by COPY)."""
+    try:
+        summary = json.loads((directory / "initial_load.json").read_text())
+    except OSError:
+        return None
+    return next((r for r in summary["loaded"] if r["table_id"] == table_id), None)
+
+
 def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, Any]:
     table_id = f"{DATABASE}.public.{SNAP_TABLE}"
     say(f"snapshot: filling {rows:,} rows into PostgreSQL (stack not running yet)")
@@ -563,6 +580,9 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
     t_up = time.time()
     say(f"snapshot: stack healthy after {t_up - t_start:.1f}s")
     cpu0 = component_cpu(stack.dir)
+    copied = copy_load(stack.dir, table_id)
+    if copied:
+        say(f"snapshot: {copied['rows']:,} rows loaded by COPY during `stack up` in {copied['seconds']:.1f}s")
     consumer = kafka_consumer(stack.bootstrap)
     path = stack.lake / DATABASE / "public" / SNAP_TABLE
     reached: dict[str, float] = {}
@@ -588,7 +608,7 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
                 last_cdc, reached["cdc"] = cdc, now
             if written > 0 and first_commit is None:
                 first_commit = now
-            if written >= rows:
+            if written >= rows or copied:
                 reached.setdefault("writer", now)
                 t = HudiTable.open(str(path))
                 n = t.read(columns=["id"], meta_columns=False).num_rows
@@ -621,6 +641,8 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
         "rows": rows,
         "fill_s": fill_s,
         "stack_up_s": t_up - t_start,
+        "initial_load": stack.initial_load,
+        "copy_load_s": copied["seconds"] if copied else None,
         "debezium_all_s": reached["debezium"] - t_start if "debezium" in reached else None,
         "cdc_all_s": reached["cdc"] - t_start if "cdc" in reached else None,
         "first_lake_commit_s": first_commit - t_start if first_commit else None,
@@ -999,17 +1021,18 @@ def render(results: dict[str, Any]) -> str:
         "",
         "## Initial snapshot",
         "",
-        "| engine | rows | stack up | Debezium snapshot start/done | Debezium topic full | CDC topic full "
+        "| engine | initial load | rows | stack up (COPY load inside) | Debezium snapshot start/done | Debezium topic full | CDC topic full "
         "| first lake commit | writer done "
         "| all visible | rows/s | commits | batch mean/p99 | compactions (s) | < 2 min | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for eng, r in results["engines"].items():
         s = r.get("snapshot")
         if not s:
             continue
+        copy_s = f" ({_f(s['copy_load_s'])})" if s.get("copy_load_s") else ""
         lines.append(
-            f"| {eng} | {s['rows']:,} | {_f(s['stack_up_s'])} | "
+            f"| {eng} | {s['initial_load']} | {s['rows']:,} | {_f(s['stack_up_s'])}{copy_s} | "
             f"{_f(s.get('debezium_snapshot_start_s'))} / {_f(s.get('debezium_snapshot_done_s'))} | {_f(s['debezium_all_s'])} | "
             f"{_f(s['cdc_all_s'])} | {_f(s['first_lake_commit_s'])} | {_f(s['writer_all_s'])} | "
             f"{_f(s['visible_s'])} | {_n(s['rows_per_s'])} | {int(s['commits'])} | "
@@ -1041,11 +1064,13 @@ def render(results: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- main
 
 
-def run_engine(engine: str, args: argparse.Namespace, root: Path, stop: threading.Event) -> dict[str, Any]:
-    directory = root / engine
+def run_engine(
+    engine: str, initial_load: str, steady: bool, args: argparse.Namespace, root: Path, stop: threading.Event
+) -> dict[str, Any]:
+    directory = root / f"{engine}-{initial_load}"
     if directory.exists():
         shutil.rmtree(directory)
-    stack = StackRun(directory, engine, args.batch_interval_ms, args.kafka_storage)
+    stack = StackRun(directory, engine, args.batch_interval_ms, args.kafka_storage, initial_load)
     out: dict[str, Any] = {"dir": str(directory)}
     try:
         if args.snapshot_rows > 0:
@@ -1053,7 +1078,7 @@ def run_engine(engine: str, args: argparse.Namespace, root: Path, stop: threadin
         else:
             stack.prepare_source(0)
             stack.up()
-        if args.rates and not stop.is_set():
+        if steady and args.rates and not stop.is_set():
             out["steady"] = measure_steady(stack, args.rates, args.seconds, args, stop)
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
@@ -1071,6 +1096,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=30, help="seconds per rate")
     p.add_argument(
         "--snapshot-rows", type=int, default=1_000_000, help="rows of the snapshot table (0: skip)"
+    )
+    p.add_argument(
+        "--initial-loads",
+        default="copy,debezium",
+        help="how the snapshot table reaches the lake (stack up --initial-load), each in its own stack: "
+        "copy, debezium or both (the sustained load runs with the first)",
     )
     p.add_argument("--seed-rows", type=int, default=20_000, help="rows in the sustained-load table at start")
     p.add_argument("--batch-interval-ms", type=int, default=None, help="the writer's (stack default: 1000)")
@@ -1092,6 +1123,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.rates = [int(x) for x in str(args.rates).split(",") if x.strip()]
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    loads = [m.strip() for m in args.initial_loads.split(",") if m.strip()]
+    if not loads or any(m not in ("copy", "debezium") for m in loads):
+        p.error("--initial-loads: copy, debezium or copy,debezium")
     for e in engines:
         if e not in ("local", "spark"):
             p.error(f"unknown engine {e!r}")
@@ -1114,7 +1148,11 @@ def main(argv: list[str] | None = None) -> int:
         for engine in engines:
             if stop.is_set():
                 break
-            results["engines"][engine] = run_engine(engine, args, root, stop)
+            for i, mode in enumerate(loads if args.snapshot_rows > 0 else loads[:1]):
+                if stop.is_set():
+                    break
+                label = engine if len(loads) == 1 else f"{engine}/{mode}"
+                results["engines"][label] = run_engine(engine, mode, i == 0, args, root, stop)
     except KeyboardInterrupt:
         stop.set()
         say("interrupted")

@@ -230,6 +230,7 @@ class CdcConsumerService:
             "enable.idempotence": c.idempotence,
             "message.timeout.ms": 0,  # never give up on an output locally: an outage only delays it
             "linger.ms": c.linger_ms,
+            "compression.type": c.compression,
             "partitioner": "murmur2_random",  # the Java client's partitioner
             "queue.buffering.max.messages": max(1_000_000, 2 * c.max_pending + 100_000),
             "batch.num.messages": 10_000,

@@ -16,6 +16,7 @@ DEFAULT_OUTPUT_PREFIX = "inlet.changes"
 DEFAULT_DLQ_TOPIC = "inlet.dlq"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 VALUE_FORMATS = ("json", "avro", "auto")
+COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -125,6 +126,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("linger_ms", "--linger-ms", "producer linger.ms", kind="int", default=5, metavar="MS"),
     Setting(
+        "compression",
+        "--compression",
+        "producer compression.type of the change topics: none, gzip, snappy, lz4 or zstd (each change "
+        "carries its table's schema, so batches compress several-fold and the broker stores less)",
+        default="lz4",
+        metavar="CODEC",
+    ),
+    Setting(
         "idempotence",
         "--idempotence",
         "idempotent producer (enable.idempotence); off by default: ordering comes from one request "
@@ -197,6 +206,7 @@ class CdcConfig:
     commit_interval_ms: int = 1000
     max_pending: int = 200_000
     linger_ms: int = 5
+    compression: str = "lz4"
     idempotence: bool = False
     shutdown_timeout_s: float = 30.0
     consumer_options: Mapping[str, str] | None = None
@@ -242,6 +252,10 @@ class CdcConfig:
             raise SettingsError(f"--value-format: choose json, avro or auto, not {self.value_format!r}")
         if self.value_format == "avro" and not self.schema_registry:
             raise SettingsError("--value-format avro needs --schema-registry URL")
+        if self.compression not in COMPRESSIONS:
+            raise SettingsError(
+                f"--compression: choose one of {', '.join(COMPRESSIONS)}, not {self.compression!r}"
+            )
         if not valid_topic_name(self.dlq_topic):
             raise SettingsError(f"--dlq-topic: not a Kafka topic name: {self.dlq_topic!r}")
         if not self.output_prefix or not valid_topic_name(self.output_prefix + ".x"):

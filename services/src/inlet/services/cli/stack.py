@@ -73,6 +73,16 @@ UP_SETTINGS = (
         default=True,
     ),
     Setting(
+        "initial_load",
+        "--initial-load",
+        "how the rows already in the source tables reach the lake on the first start: copy (read in "
+        "bulk by COPY at the replication slot's snapshot, then streamed; tables without a primary key "
+        "or with a type COPY cannot render fall back to Debezium) or debezium (Debezium's snapshot "
+        "through Kafka: every row an event, several times slower)",
+        default="copy",
+        metavar="copy|debezium",
+    ),
+    Setting(
         "timeout", "--timeout", "seconds to wait for a healthy stack", kind="int", default=300, metavar="S"
     ),
 )
@@ -130,6 +140,8 @@ def _config(args: argparse.Namespace) -> StackConfig:
     if values["engine"] not in ("local", "spark"):
         raise UsageError(f"--engine must be local or spark, got {values['engine']!r}")
     values.pop("timeout")
+    if values["initial_load"] not in ("copy", "debezium"):
+        raise UsageError(f"--initial-load must be copy or debezium, got {values['initial_load']!r}")
     storage = values.pop("kafka_storage")
     if storage not in ("s3", "memory"):
         raise UsageError(f"--kafka-storage must be s3 or memory, got {storage!r}")

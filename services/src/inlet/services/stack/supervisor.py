@@ -18,21 +18,27 @@ import fnmatch
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
+from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.logs import log_event
 from inlet.services.runtime import StopSignal
 from inlet.services.stack.components import CommandComponent, Component, ServerComponent
 from inlet.services.stack.kafka import EmbeddedKafka
 from inlet.services.stack.postgres import EmbeddedPostgres
 from inlet.services.stack.processes import StackError, free_port
+from inlet.services.writer.tables import load_rules
+
+if TYPE_CHECKING:
+    from inlet.services.stack.debezium import EmbeddedDebezium
 
 _log = logging.getLogger("inlet.stack")
 
@@ -40,6 +46,7 @@ STATE_FILE = "stack.json"
 PORTS_FILE = "ports.json"
 CONFIG_FILE = "config.json"
 PID_FILE = "supervisor.pid"
+INITIAL_LOAD_FILE = "initial_load.json"
 COORDINATOR_DB = "inlet_coordinator"
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STABLE_AFTER_S = 60.0  # a component that ran this long before dying is restarted without backoff
@@ -68,6 +75,9 @@ class StackConfig:
     catalog: bool = True  # a Hive Metastore kept in step with every commit (inlet catalog run)
     # compaction and clean by inlet table-services run (the writer then never compacts inline)
     table_services: bool = True
+    # the rows already in the tables on the first start: copy (inlet.services.writer.initial_load) or
+    # debezium (Debezium's initial snapshot)
+    initial_load: str = "copy"
 
     @property
     def root(self) -> Path:
@@ -270,6 +280,7 @@ class Stack:
             # still decides which tables Debezium emits
             extra_config={"publication.autocreate.mode": "all_tables"},
         )
+        dbz.extra_config.update(self._initial_load(dbz))
 
         def running() -> bool:
             status = dbz.status()
@@ -279,6 +290,42 @@ class Stack:
             )
 
         return ServerComponent("debezium", dbz, lambda: {"rest": dbz.rest_url}, check=running)
+
+    def _initial_load(self, dbz: EmbeddedDebezium) -> dict[str, str]:
+        """Load the tables by COPY before Debezium first starts; the snapshot settings that follow.
+
+        Runs once: its outcome is kept in ``initial_load.json``, and a stack whose Debezium already
+        ran (it has offsets) keeps Debezium's own snapshot. A load that stopped before Debezium
+        started is done again on a new slot (the tables it wrote are overwritten).
+        """
+        from inlet.services.writer import initial_load
+
+        state = self.config.root / INITIAL_LOAD_FILE
+        if self.config.initial_load != "copy" or (dbz.offsets_path.exists() and not state.exists()):
+            return {}
+        if state.exists():
+            summary = json.loads(state.read_text())
+        else:
+            dbz.drop_slot()
+            client = CoordinatorClient(self.coordinator_address)
+            try:
+                summary = initial_load.load(
+                    self.pg.url(self.config.database),
+                    self.config.tables,
+                    client=client,
+                    lake_root=str(self.config.lake),
+                    topic_prefix=self.config.database,
+                    slot=dbz.slot_name,
+                    publication=dbz.publication_name,
+                    rules=load_rules(str(self._table_config())),
+                ).as_json()
+            finally:
+                client.close()
+            state.write_text(json.dumps(summary, indent=2))
+        skipped = sorted(summary["skipped"])
+        if not skipped:
+            return {"snapshot.mode": "no_data"}
+        return {"snapshot.include.collection.list": ",".join(re.escape(t) for t in skipped)}
 
     def _cdc(self) -> CommandComponent:
         port = self.ports.get("cdc_metrics")

@@ -383,10 +383,17 @@ class Writer:
             schema_name = src.schema or st.table_id.split(".")[-2]
             table_name = src.table or st.table_id.split(".")[-1]
             database = src.database or st.table_id.split(".")[0]
-            path = tables.table_path(self.config.lake_root, database, schema_name, table_name)
             keys = key_columns(first.schema) or [tables_synthetic_key()]
-            tables.open_or_create(path, tables.hudi_name(table_name), database, keys, settings)
-            self.client.register_table(st.table_id, path, mode=settings.concurrency_mode)
+            path = tables.ensure_table(
+                self.client,
+                st.table_id,
+                self.config.lake_root,
+                database,
+                schema_name,
+                table_name,
+                keys,
+                settings,
+            )
             log_event(
                 log,
                 logging.INFO,

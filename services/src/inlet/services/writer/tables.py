@@ -31,6 +31,7 @@ from inlet.core.config import NBCC_MODE, TableConfig
 from inlet.core.errors import TableExistsError
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
+from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.writer.rows import LSN_COL, PLACEHOLDER
 
 TABLE_TYPES = {
@@ -161,3 +162,21 @@ def open_or_create(
             database=database or None,
             extra_properties=extra,
         )
+
+
+def ensure_table(
+    client: CoordinatorClient,
+    table_id: str,
+    lake_root: str,
+    database: str,
+    schema: str,
+    table: str,
+    record_key: Sequence[str],
+    settings: TableSettings,
+) -> str:
+    """Create the table for ``table_id`` under ``lake_root`` unless it exists and register it with the
+    coordinator (both idempotent); its path."""
+    path = table_path(lake_root, database, schema, table)
+    open_or_create(path, hudi_name(table), database, record_key, settings)
+    client.register_table(table_id, path, mode=settings.concurrency_mode)
+    return path

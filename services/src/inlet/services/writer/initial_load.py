@@ -1,0 +1,377 @@
+"""Initial load by ``COPY``: the tables' existing rows straight from PostgreSQL into Hudi, then CDC.
+
+Debezium's initial snapshot sends every existing row through Kafka as a change event (with its
+schema, as JSON), the CDC consumer and the writer; on two cores that path moves a few thousand rows
+a second. Tools that replicate Postgres at scale load the existing rows in bulk instead and stream
+from the exact point the bulk read saw, and so does this module:
+
+1. A publication for all tables is made sure of (pgoutput decodes with the catalog as of each WAL
+   record, so it must exist before the slot's start), then the connector's logical replication slot
+   is created on a replication connection with ``EXPORT_SNAPSHOT``: PostgreSQL returns the slot's
+   consistent point (an LSN) and the name of a snapshot that sees exactly the transactions committed
+   before it.
+2. Each table is read in that snapshot (``SET TRANSACTION SNAPSHOT``) with one
+   ``COPY (SELECT ...) TO STDOUT (FORMAT csv)`` whose select list renders each column the way the
+   writer stores it (epoch microseconds for timestamps and times, days for dates, Debezium's
+   ``MicroDuration`` arithmetic for intervals, JSON for arrays), parsed by Arrow's CSV reader.
+3. The rows are written with ``bulk_insert`` through the coordinator into the Hudi table the writer
+   would have created (same path, record key, ordering field, options and column types), as
+   Debezium ``r`` (read) rows whose ``_event_lsn`` is the consistent point: every change streamed
+   afterwards has a larger LSN, so with EVENT_TIME_ORDERING it wins over the loaded row.
+4. Debezium then starts on the existing slot without a data snapshot (``snapshot.mode=no_data``)
+   for the loaded tables and streams from the consistent point. Tables this module cannot load (no
+   primary key, a column type without a rendering here) are left to Debezium's own snapshot
+   (``snapshot.include.collection.list``).
+
+The load commit carries no Kafka checkpoint, so the writer reads the change topic from its start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+from pyarrow import csv
+
+from inlet.core import HudiTable
+from inlet.core.storage import Storage
+from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.cdc_consumer.catalog import CatalogColumn, PostgresCatalog, connect_field
+from inlet.services.cdc_consumer.types import (
+    INFINITY_MICROS,
+    NEG_INFINITY_MICROS,
+    UnsupportedType,
+    column_plan,
+)
+from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
+from inlet.services.logs import log_event
+from inlet.services.writer import tables
+from inlet.services.writer.rows import (
+    DELETED_COL,
+    LSN_COL,
+    META_FIELDS,
+    OP_COL,
+    PROCESSED_TS_COL,
+    SHARD_COL,
+    arrow_type,
+)
+
+log = logging.getLogger("inlet.writer.initial_load")
+
+_DAY_US = 86_400_000_000
+_EPOCH_US = "(extract(epoch from {c}) * 1000000)::int8"
+# Debezium's MicroDuration: 365.25-day years and 30.4375-day (365.25 / 12) months
+_INTERVAL_US = (
+    "((extract(year from {c}) * 365.25 + extract(month from {c}) * 30.4375 + extract(day from {c}))"
+    f" * {_DAY_US} + extract(hour from {{c}}) * 3600000000 + extract(minute from {{c}}) * 60000000"
+    " + extract(microseconds from {c}))::int8"
+)
+_FINITE_TS = (
+    f"CASE WHEN {{c}} = 'infinity' THEN {INFINITY_MICROS} WHEN {{c}} = '-infinity' "
+    f"THEN {NEG_INFINITY_MICROS} ELSE {_EPOCH_US} END"
+)
+_ARRAY_ELEMENTS = {"int2", "int4", "int8", "float4", "float8", "text", "varchar", "bpchar", "bool", "uuid"}
+
+
+class LoadError(RuntimeError):
+    """A table cannot be loaded by COPY (it is left to Debezium's snapshot)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportedSnapshot:
+    slot: str
+    lsn: int  # the slot's consistent point
+    name: str  # the exported snapshot, valid while the replication connection stays open
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadResult:
+    table_id: str
+    path: str
+    rows: int
+    seconds: float
+
+
+def parse_lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+@contextmanager
+def exported_snapshot(conninfo: str, slot: str, publication: str) -> Iterator[ExportedSnapshot]:
+    """Create ``slot`` (pgoutput) exporting its snapshot; the snapshot lives until the block ends."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
+        if found is None:
+            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication)))
+    repl = psycopg.connect(conninfo, replication="database", autocommit=True)
+    try:
+        statement = f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'
+        res = repl.pgconn.exec_(statement.encode())
+        if res.status != 2:  # PGRES_TUPLES_OK
+            raise LoadError(f"cannot create replication slot {slot}: {res.error_message.decode().strip()}")
+        values = [(res.get_value(0, i) or b"").decode() for i in range(res.nfields)]
+        yield ExportedSnapshot(values[0], parse_lsn(values[1]), values[2])
+    finally:
+        repl.close()
+
+
+def primary_key(conn: psycopg.Connection[Any], schema: str, table: str) -> list[str]:
+    rows = conn.execute(
+        """SELECT a.attname FROM pg_index i
+           JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, pos) ON true
+           JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+           WHERE i.indisprimary AND n.nspname = %s AND c.relname = %s ORDER BY k.pos""",
+        (schema, table),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Column:
+    name: str
+    select: str  # the COPY select expression
+    csv_type: pa.DataType  # what Arrow's CSV reader parses
+    target: pa.DataType  # the writer's column type
+    finish: Callable[[pa.Array], pa.Array] | None = None
+
+
+def _rendering(col: CatalogColumn, pb_col: pb.Column) -> _Column:
+    """How one column is selected, parsed and typed (LoadError when there is no rendering)."""
+    target = arrow_type(pb_col)
+    ident = sql.Identifier(col.name).as_string(None)
+    ct = pb_col.type
+    if col.element_type is not None:
+        if col.element_type not in _ARRAY_ELEMENTS:
+            raise LoadError(f"column {col.name!r}: arrays of {col.element_type} are not loaded by COPY")
+        return _Column(col.name, f"to_json({ident})::text", pa.string(), target, _json_lists(target))
+    if ct in (pb.COLUMN_TYPE_TIMESTAMP_MICROS, pb.COLUMN_TYPE_TIMESTAMP_MICROS_UTC):
+        return _Column(col.name, _FINITE_TS.format(c=ident), pa.int64(), target)
+    if ct == pb.COLUMN_TYPE_TIME_MICROS and col.type_name == "time":
+        return _Column(col.name, _EPOCH_US.format(c=ident), pa.int64(), target)
+    if ct == pb.COLUMN_TYPE_DURATION_MICROS:
+        return _Column(col.name, _INTERVAL_US.format(c=ident), pa.int64(), target)
+    if ct == pb.COLUMN_TYPE_DATE:
+        return _Column(
+            col.name, f"CASE WHEN isfinite({ident}) THEN {ident} - date '1970-01-01' END", pa.int32(), target
+        )
+    if ct == pb.COLUMN_TYPE_DECIMAL:
+        # Debezium sends a numeric without typmod (VariableScaleDecimal) without its trailing zeros
+        text = (
+            f"trim_scale({ident})::text"
+            if col.typmod < 0 and col.type_name == "numeric"
+            else f"{ident}::numeric::text"
+        )
+        finite = f"CASE WHEN {text} NOT IN ('NaN', 'Infinity', '-Infinity') THEN {text} END"
+        return _Column(col.name, finite, target if pa.types.is_decimal(target) else pa.string(), target)
+    if ct == pb.COLUMN_TYPE_BYTES and col.type_name == "bytea":
+        return _Column(col.name, f"encode({ident}, 'hex')", pa.string(), target, _hex_bytes)
+    if ct == pb.COLUMN_TYPE_BOOLEAN and col.type_name == "bool":
+        return _Column(col.name, ident, pa.bool_(), target)
+    if ct in (
+        pb.COLUMN_TYPE_INT16,
+        pb.COLUMN_TYPE_INT32,
+        pb.COLUMN_TYPE_INT64,
+        pb.COLUMN_TYPE_FLOAT32,
+        pb.COLUMN_TYPE_FLOAT64,
+    ):
+        return _Column(col.name, ident, target, target)
+    if ct in (pb.COLUMN_TYPE_STRING, pb.COLUMN_TYPE_UUID) or (
+        ct == pb.COLUMN_TYPE_JSON and col.type_name in ("json", "jsonb")
+    ):
+        return _Column(col.name, ident, pa.string(), target)
+    raise LoadError(f"column {col.name!r}: {col.type_name} is not loaded by COPY")
+
+
+def _hex_bytes(arr: pa.Array) -> pa.Array:
+    return pa.array([None if v is None else bytes.fromhex(v) for v in arr.to_pylist()], pa.binary())
+
+
+def _json_lists(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
+    def finish(arr: pa.Array) -> pa.Array:
+        return pa.array([None if v is None else json.loads(v) for v in arr.to_pylist()], target)
+
+    return finish
+
+
+@dataclasses.dataclass(frozen=True)
+class TablePlan:
+    """How one source table is read: its columns, record key and the writer's schema."""
+
+    schema: str
+    table: str
+    columns: list[_Column]
+    keys: list[str]
+
+    def copy_statement(self) -> str:
+        select = ", ".join(c.select for c in self.columns)
+        source = f"{sql.Identifier(self.schema).as_string(None)}.{sql.Identifier(self.table).as_string(None)}"
+        return f"COPY (SELECT {select} FROM {source}) TO STDOUT WITH (FORMAT csv)"
+
+
+def plan_table(catalog: PostgresCatalog, conn: psycopg.Connection[Any], schema: str, table: str) -> TablePlan:
+    """The table's COPY plan; LoadError when COPY cannot reproduce what Debezium would send."""
+    keys = primary_key(conn, schema, table)
+    if not keys:
+        raise LoadError(f"{schema}.{table} has no primary key")
+    columns = []
+    for col in catalog.columns(schema, table, refresh=True).values():
+        try:
+            pb_col = column_plan(connect_field(col), "json").column
+        except (UnsupportedType, ValueError) as e:
+            raise LoadError(f"column {col.name!r}: {e}") from None
+        columns.append(_rendering(col, pb_col))
+    return TablePlan(schema, table, columns, keys)
+
+
+def read_table(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) -> pa.Table:
+    """COPY the table (in the transaction's snapshot) into Arrow, typed as the writer types it."""
+    path = workdir / f"{plan.schema}.{plan.table}.csv"
+    with path.open("wb") as out, conn.cursor().copy(plan.copy_statement()) as copy:
+        for chunk in copy:
+            out.write(chunk)
+    names = [c.name for c in plan.columns]
+    data = csv.read_csv(
+        path,
+        read_options=csv.ReadOptions(column_names=names, block_size=16 << 20),
+        parse_options=csv.ParseOptions(newlines_in_values=True),
+        convert_options=csv.ConvertOptions(
+            column_types={c.name: c.csv_type for c in plan.columns},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+            true_values=["t"],
+            false_values=["f"],
+        ),
+    )
+    path.unlink()
+    arrays = []
+    for c in plan.columns:
+        arr = data.column(c.name).combine_chunks()
+        if c.finish is not None:
+            arr = c.finish(arr)
+        arrays.append(arr.cast(c.target) if arr.type != c.target else arr)
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def with_event_columns(data: pa.Table, lsn: int, shard: str) -> pa.Table:
+    """The writer's Debezium columns for snapshot reads: op ``r`` at the consistent point's LSN."""
+    n = data.num_rows
+    values: dict[str, Any] = {
+        OP_COL: "r",
+        PROCESSED_TS_COL: int(time.time() * 1000),
+        SHARD_COL: shard,
+        LSN_COL: lsn,
+        DELETED_COL: False,
+    }
+    for f in META_FIELDS:
+        if f.name not in data.column_names:
+            value = values.get(f.name)
+            column = pa.nulls(n, f.type) if value is None else pa.repeat(pa.scalar(value, f.type), n)
+            data = data.append_column(f, column)
+    return data
+
+
+@dataclasses.dataclass
+class LoadSummary:
+    lsn: int = 0
+    loaded: list[LoadResult] = dataclasses.field(default_factory=list)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # "schema.table" -> why
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "lsn": self.lsn,
+            "loaded": [dataclasses.asdict(r) for r in self.loaded],
+            "skipped": self.skipped,
+        }
+
+
+def matching_tables(conn: psycopg.Connection[Any], globs: Sequence[str]) -> list[tuple[str, str]]:
+    """The ordinary and partitioned tables whose ``schema.table`` matches one of ``globs``."""
+    rows = conn.execute(
+        """SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
+             AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%%'
+           ORDER BY 1, 2"""
+    ).fetchall()
+    return [(s, t) for s, t in rows if any(fnmatch.fnmatchcase(f"{s}.{t}", g) for g in globs)]
+
+
+def load(
+    conninfo: str,
+    globs: Sequence[str],
+    *,
+    client: CoordinatorClient,
+    lake_root: str,
+    topic_prefix: str,
+    slot: str,
+    publication: str,
+    rules: Sequence[tables.TableRule] = (),
+) -> LoadSummary:
+    """Create ``slot`` and load every matching table as of its consistent point (see the module doc).
+
+    A table already holding data (a load that stopped half-way before streaming began) is
+    overwritten (``insert_overwrite_table``), never appended to.
+    """
+    summary = LoadSummary()
+    catalog = PostgresCatalog(conninfo)
+    try:
+        with exported_snapshot(conninfo, slot, publication) as snap, psycopg.connect(conninfo) as conn:
+            summary.lsn = snap.lsn
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snap.name)))
+            database = conn.info.dbname
+            found = matching_tables(conn, globs)
+            log_event(
+                log,
+                logging.INFO,
+                "initial load: snapshot exported",
+                slot=slot,
+                lsn=snap.lsn,
+                tables=len(found),
+            )
+            with tempfile.TemporaryDirectory(prefix="inlet-load-") as workdir:
+                for schema, table in found:
+                    started = time.monotonic()
+                    try:
+                        plan = plan_table(catalog, conn, schema, table)
+                    except LoadError as e:
+                        summary.skipped[f"{schema}.{table}"] = str(e)
+                        log_event(
+                            log,
+                            logging.INFO,
+                            "initial load: left to Debezium's snapshot",
+                            table=f"{schema}.{table}",
+                            reason=str(e),
+                        )
+                        continue
+                    data = with_event_columns(read_table(conn, plan, Path(workdir)), snap.lsn, topic_prefix)
+                    table_id = f"{topic_prefix}.{schema}.{table}"
+                    settings = tables.settings_for(rules, table_id)
+                    path = tables.ensure_table(
+                        client, table_id, lake_root, database, schema, table, plan.keys, settings
+                    )
+                    hudi = HudiTable.open(
+                        path, commit_protocol=GrpcCommitProtocol(client, table_id, Storage(path))
+                    )
+                    op = "bulk_insert" if hudi.schema() is None else "insert_overwrite_table"
+                    if data.num_rows or op != "bulk_insert":
+                        hudi.write(data, op, dict(settings.options))
+                    result = LoadResult(table_id, path, data.num_rows, round(time.monotonic() - started, 3))
+                    summary.loaded.append(result)
+                    log_event(log, logging.INFO, "initial load: table loaded", **dataclasses.asdict(result))
+    finally:
+        catalog.close()
+    return summary
