@@ -1,0 +1,106 @@
+"""``initial_load.load`` against a real PostgreSQL and coordinator: the slot, the snapshot, the retry.
+
+The end-to-end proof (COPY-loaded tables equal PostgreSQL and what Debezium's path stores) is in
+tests/e2e/replication/test_initial_load.py; here: the slot is created at the load's LSN, rows
+committed after the snapshot are not loaded, and a load run again after it stopped half-way (a new
+slot, rows deleted meanwhile) overwrites the table instead of appending to it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from inlet.core import HudiTable
+from inlet.services.coordinator.server import RunningServer
+from inlet.services.coordinator_client.client import CoordinatorClient
+from inlet.services.writer import initial_load
+
+
+@pytest.fixture
+def slot(pg_url: str) -> Iterator[str]:
+    name = "load_" + uuid.uuid4().hex[:10]
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+
+
+def _load(pg_url: str, coordinator: RunningServer, lake: Path, slot: str) -> initial_load.LoadSummary:
+    client = CoordinatorClient(coordinator.address)
+    try:
+        return initial_load.load(
+            pg_url,
+            ["public.src_*"],
+            client=client,
+            lake_root=str(lake),
+            topic_prefix="srv",
+            slot=slot,
+            publication=slot + "_pub",
+        )
+    finally:
+        client.close()
+
+
+def _drop_slot(url: str, slot: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def test_load_creates_the_slot_at_its_lsn_and_a_rerun_overwrites(
+    pg_url: str, coordinator: RunningServer, lake: Path, slot: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE src_items (id int PRIMARY KEY, name text, qty int)")
+        conn.execute("INSERT INTO src_items SELECT g, 'item ' || g, g % 10 FROM generate_series(1, 500) g")
+        conn.execute("CREATE TABLE other (id int PRIMARY KEY)")  # not matched by the glob
+        dbname = conn.info.dbname
+
+    summary = _load(pg_url, coordinator, lake, slot)
+    assert [r.table_id for r in summary.loaded] == ["srv.public.src_items"]
+    assert summary.loaded[0].rows == 500 and summary.skipped == {}
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT plugin, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+        assert found is not None and found[0] == "pgoutput"
+        assert initial_load.parse_lsn(found[1]) == summary.lsn
+        assert conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (slot + "_pub",)).fetchone()
+        # after the snapshot: streamed later, not loaded
+        conn.execute("INSERT INTO src_items VALUES (501, 'late', 1)")
+
+    path = lake / dbname / "public" / "src_items"
+    table = HudiTable.open(str(path))
+    got = table.read(columns=["id", "name", "qty", "_event_lsn"], meta_columns=False)
+    assert sorted(got.column("id").to_pylist()) == list(range(1, 501))
+    assert set(got.column("_event_lsn").to_pylist()) == {summary.lsn}
+    assert dict(zip(got.column("id").to_pylist(), got.column("name").to_pylist(), strict=True))[7] == "item 7"
+
+    # the load stopped before streaming began: the stack drops the slot and loads again
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM src_items WHERE id <= 100")
+    _drop_slot(pg_url, slot)
+    again = _load(pg_url, coordinator, lake, slot)
+    assert again.lsn > summary.lsn
+    table = HudiTable.open(str(path))
+    ids = table.read(columns=["id"], meta_columns=False).column("id").to_pylist()
+    assert sorted(ids) == list(range(101, 502))  # deleted rows gone, the late row now in, no duplicates
+    actions = [i.action for i in table.instants() if i.completion_time]
+    assert actions[-1] == "replacecommit"
+
+
+def test_a_slot_that_exists_is_a_clear_error(
+    pg_url: str, coordinator: RunningServer, lake: Path, slot: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE src_a (id int PRIMARY KEY)")
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    with pytest.raises(
+        initial_load.LoadError, match=f"cannot create replication slot {slot}.*already exists"
+    ):
+        _load(pg_url, coordinator, lake, slot)
+    assert not any(lake.rglob("hoodie.properties"))  # nothing written
