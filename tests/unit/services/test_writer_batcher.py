@@ -1,6 +1,6 @@
-"""The writer's batch cuts keep source transactions whole even when a transaction's END reaches the
-change topic before its changes (the CDC consumer relays the END from Debezium's transaction topic
-as soon as it reads it)."""
+"""The writer's batch cuts keep source transactions whole: with ENDs relayed per partition after the
+changes they count (each naming every partition's count), and with table-wide ENDs that may reach
+the change topic before their changes (CDC consumers before per-partition ENDs)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_an_end_committed_before_its_changes_still_completes_them() -> None:
     cut = b.cut(max_records=100, max_hold_s=60)
     assert cut is not None and cut.count == 2 and cut.reason == "all"  # not "hold_expired"
     b.drop_prefix(cut.count)
-    assert b.carried_seen == {} and b.carried_end == {}  # t is done: nothing carried
+    assert b.carried.seen == {} and b.carried.ended == {}  # t is done: nothing carried
 
 
 def test_a_forced_cut_carries_the_changes_already_taken() -> None:
@@ -61,3 +61,51 @@ def test_an_unfinished_transaction_still_holds_the_cut_after_a_drop() -> None:
     assert b.complete_prefix() == 0  # 2 of 3 changes of t
     b.add(change("t", 2, 0))
     assert b.complete_prefix() == 4
+
+
+def part_end(tx: str, counts: dict[int, int], partition: int, offset: int) -> Entry:
+    return Entry(partition, offset, 5, None, tx, sum(counts.values()), dict(counts))
+
+
+def test_per_partition_ends_complete_a_transaction_once_each_owned_partition_showed_its_end() -> None:
+    b = TableBuffer(assigned={0, 1})
+    b.add(change("t", 0, 0))
+    b.add(change("t", 0, 1))
+    b.add(part_end("t", {0: 2, 1: 1}, 0, 2))  # partition 0 done, partition 1's change still to come
+    b.add(change(None, 0, 3))
+    assert b.complete_prefix() == 0 and b.open_transactions() == ["t"]
+    assert b.cut(max_records=100, max_hold_s=60) is None
+    b.add(change("t", 1, 0))
+    assert b.complete_prefix() == 0  # partition 1's END not seen yet
+    b.add(part_end("t", {0: 2, 1: 1}, 1, 1))
+    cut = b.cut(max_records=100, max_hold_s=60)
+    assert cut is not None and cut.count == 6 and cut.reason == "all"
+
+
+def test_a_worker_waits_only_for_the_ends_of_its_own_partitions() -> None:
+    b = TableBuffer(assigned={1})  # partitions 0 and 2 belong to other workers
+    b.add(change("t", 1, 0))
+    b.add(part_end("t", {0: 5, 1: 1, 2: 3}, 1, 1))
+    b.add(change("u", 1, 2))
+    cut = b.cut(max_records=100, max_hold_s=60)
+    assert cut is not None and cut.count == 2 and cut.reason == "complete"  # t whole here, u open
+    b.drop_prefix(cut.count)
+    assert b.carried.parts == {}  # t complete: not carried
+    b.add(part_end("u", {1: 1}, 1, 3))
+    cut = b.cut(max_records=100, max_hold_s=60)
+    assert cut is not None and cut.count == 2 and cut.reason == "all"
+
+
+def test_a_forced_cut_inside_a_per_partition_transaction_carries_its_end() -> None:
+    b = TableBuffer(assigned={0, 1})
+    b.add(change("t", 0, 0))
+    b.add(part_end("t", {0: 1, 1: 1}, 0, 1))
+    b.add(change("t", 1, 0))
+    cut = b.cut(max_records=2, max_hold_s=60)
+    assert cut is not None and cut.reason == "oversized_transaction"
+    b.drop_prefix(cut.count)
+    assert b.carried.got == {"t": {0}}
+    b.add(part_end("t", {0: 1, 1: 1}, 1, 1))
+    b.add(change(None, 1, 2))
+    cut = b.cut(max_records=100, max_hold_s=60)
+    assert cut is not None and cut.count == 2 and cut.reason == "all"

@@ -45,6 +45,7 @@ from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.cdc_consumer.metrics import CdcMetrics
 from inlet.services.cdc_consumer.settings import CdcConfig, valid_topic_name
+from inlet.services.cdc_consumer.tx_ends import ParkedEnd, TransactionEnds
 from inlet.services.logs import log_event
 from inlet.services.runtime import HttpEndpoint, serve_http
 
@@ -134,6 +135,7 @@ class CdcConsumerService:
         self._admin: AdminClient | None = None
         self._http: HttpEndpoint | None = None
         self._batches: collections.deque[_Batch] = collections.deque()
+        self._ends = TransactionEnds(config.transaction_end_wait_ms / 1000.0)
         self._acked: dict[tuple[str, int], int] = {}  # committable next offsets
         self._committed: dict[tuple[str, int], int] = {}
         self._assigned: set[tuple[str, int]] = set()
@@ -278,6 +280,7 @@ class CdcConsumerService:
         if msgs:
             self._process(msgs)
         producer.poll(0)
+        self._relay_ends()
         self._harvest()
         self._backpressure()
 
@@ -299,6 +302,7 @@ class CdcConsumerService:
         max_source_ts = 0
         own_prefix, dlq_topic = self._own_prefix, self.config.dlq_topic
         truncate = pb.OPERATION_TRUNCATE
+        ends = self._ends
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -349,17 +353,33 @@ class CdcConsumerService:
                     )
                     value = rec.SerializeToString()
                     if change.op == truncate:  # every partition's writer must see it, in order
+                        tx_id = change.transaction.id
                         for p in range(self._output_partitions(out_topic)):
-                            self._produce(batch, out_topic, value, b"", headers, p)
+                            counted = ends.change_ack(ack, (table, tx_id), int(p == 0)) if tx_id else None
+                            self._produce(batch, out_topic, value, b"", headers, p, counted)
                     else:
+                        tx_id = change.transaction.id
+                        on_delivery = ends.change_ack(ack, (table, tx_id)) if tx_id else ack
                         batch.pending += 1
                         try:
                             produce(
-                                out_topic, value, change.record_key.encode(), headers=headers, on_delivery=ack
+                                out_topic,
+                                value,
+                                change.record_key.encode(),
+                                headers=headers,
+                                on_delivery=on_delivery,
                             )
                         except BufferError:
                             batch.pending -= 1
-                            self._produce(batch, out_topic, value, change.record_key.encode(), headers, None)
+                            self._produce(
+                                batch,
+                                out_topic,
+                                value,
+                                change.record_key.encode(),
+                                headers,
+                                None,
+                                on_delivery,
+                            )
                     change_counts[table] = change_counts.get(table, 0) + 1
                     ts = change.source.source_ts_ms
                     if ts > max_source_ts:
@@ -374,6 +394,12 @@ class CdcConsumerService:
                         self._bad_table(batch, m, table)
                         break
                     headers = [(H_KIND, KIND_TRANSACTION), *src]
+                    if tx.status == pb.TransactionEvent.STATUS_END:  # relayed after its changes
+                        batch.pending += 1  # held until relayed (see tx_ends)
+                        ends.park(
+                            (table, tx.id), ParkedEnd(batch, out_topic, rec, headers, tx.table_event_count)
+                        )
+                        continue
                     value = rec.SerializeToString()
                     n = self._output_partitions(out_topic)
                     for p in range(n):
@@ -389,6 +415,27 @@ class CdcConsumerService:
             self._child(self._tx_out, self.metrics.transactions_out, table).inc(n)
         if max_source_ts:
             self.metrics.last_source_ts.set(max_source_ts / 1000.0)
+
+    def _relay_ends(self) -> None:
+        """Relay the transaction ENDs whose changes are acknowledged (or that waited long enough)."""
+        for ready in self._ends.ready():
+            end = ready.parked
+            tx = end.record.transaction
+            if ready.late:
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "transaction END relayed without all its changes acknowledged",
+                    table=tx.table_id,
+                    tx=tx.id,
+                    expected=end.expected,
+                    acknowledged=sum(ready.counts.values()),
+                )
+            copies = ready.records()
+            for partition, value in copies:
+                self._produce(end.batch, end.topic, value, tx.id.encode(), end.headers, partition)
+            end.batch.pending -= 1  # the END's own hold
+            self._child(self._tx_out, self.metrics.transactions_out, tx.table_id).inc(len(copies))
 
     def _target(self, table: str) -> str:
         """The output topic of ``table`` ("" when the table id makes no valid topic name); cached."""
@@ -415,19 +462,19 @@ class CdcConsumerService:
         key: bytes | None,
         headers: Headers,
         partition: int | None,
+        on_delivery: Callable[[Any, Any], None] | None = None,
     ) -> None:
         producer = self._producer
         assert producer is not None
+        ack = on_delivery or batch.ack
         batch.pending += 1
         waited_since = 0.0
         while True:
             try:
                 if partition is None:
-                    producer.produce(topic, value, key, headers=headers, on_delivery=batch.ack)
+                    producer.produce(topic, value, key, headers=headers, on_delivery=ack)
                 else:
-                    producer.produce(
-                        topic, value, key, partition=partition, headers=headers, on_delivery=batch.ack
-                    )
+                    producer.produce(topic, value, key, partition=partition, headers=headers, on_delivery=ack)
                 return
             except BufferError:
                 # the local queue is full (a long outage): wait for room, keep the group alive

@@ -126,6 +126,15 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("linger_ms", "--linger-ms", "producer linger.ms", kind="int", default=5, metavar="MS"),
     Setting(
+        "transaction_end_wait_ms",
+        "--transaction-end-wait-ms",
+        "how long a transaction's END waits for its changes to be acknowledged before it is relayed "
+        "to each partition holding them (then relayed with the counts seen, and logged)",
+        kind="int",
+        default=5000,
+        metavar="MS",
+    ),
+    Setting(
         "compression",
         "--compression",
         "producer compression.type of the change topics: none, gzip, snappy, lz4 or zstd (each change "
@@ -207,6 +216,7 @@ class CdcConfig:
     max_pending: int = 200_000
     linger_ms: int = 5
     compression: str = "lz4"
+    transaction_end_wait_ms: int = 5000
     idempotence: bool = False
     shutdown_timeout_s: float = 30.0
     consumer_options: Mapping[str, str] | None = None
@@ -267,6 +277,7 @@ class CdcConfig:
             ("--commit-interval-ms", self.commit_interval_ms, 0),
             ("--max-pending", self.max_pending, 1),
             ("--linger-ms", self.linger_ms, 0),
+            ("--transaction-end-wait-ms", self.transaction_end_wait_ms, 0),
         ):
             if value < low:
                 raise SettingsError(f"{name} must be at least {low}, not {value}")

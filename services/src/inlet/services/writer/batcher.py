@@ -5,19 +5,22 @@ buffer is a prefix of every partition: a batch is a prefix, and its checkpoint i
 the offset after its last entry there.
 
 A commit never holds part of a source transaction: a prefix may end only where every transaction
-with a change in it is complete, i.e. its END arrived and this worker has seen ``table_event_count``
-of its changes. Two exceptions, both logged: a transaction larger than a batch (the buffer reached
-``max_records`` with no complete cut) and a hold longer than ``max_hold_s`` (several workers share
-a table's partitions, so one worker never sees all of a transaction's changes).
+with a change in it is complete. The CDC consumer relays a transaction's END to each partition of
+the table's topic that holds some of its changes, after them, with every partition's count
+(``partition_event_counts``): a transaction is complete once each of *this worker's* partitions
+named there has shown its END (the changes precede it in that partition). An END without counts (a
+consumer from before per-partition ENDs, sent to every partition, possibly ahead of the changes)
+completes the transaction once ``table_event_count`` of its changes have been seen. Two exceptions,
+both logged: a transaction larger than a batch (the buffer reached ``max_records`` with no complete
+cut) and a hold longer than ``max_hold_s`` (an END that never comes, e.g. relayed late without
+counts after a consumer restart).
 
-The CDC consumer relays a transaction's END as soon as it reads it from Debezium's transaction
-topic, which is often before it has read (and relayed) the transaction's changes from the table's
-topic: in a change topic the END may come first. A committed prefix can therefore end between a
-transaction's END and its changes (or, after a forced cut, in the middle of its changes); what the
-prefix knew of the transactions it left unfinished (the END's count, the changes already taken) is
-carried into the rest of the buffer, so those changes complete once they arrive instead of waiting
-for the hold to expire. Only committed prefixes are carried (a re-read from the checkpoint never
-counts a record twice); at most ``MAX_CARRIED`` transactions are remembered.
+A committed prefix can end inside a transaction (after a forced cut), or between an END without
+counts and the changes it counts; what the prefix knew of the transactions it left unfinished (the
+ENDs, the changes already taken) is carried into the rest of the buffer, so those transactions
+complete once the rest arrives instead of waiting for the hold to expire. Only committed prefixes
+are carried (a re-read from the checkpoint never counts a record twice); at most ``MAX_CARRIED``
+transactions are remembered.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Entry:
     change: Change | None = None  # None: a transaction END (or another non-data record)
     tx_id: str | None = None  # for a change: its transaction; for an END: the transaction ended
     tx_count: int = 0  # END: table_event_count
+    tx_parts: dict[int, int] | None = None  # END relayed per partition: partition -> its changes
 
 
 @dataclass
@@ -47,14 +51,71 @@ class Cut:
 
 
 @dataclass
+class _Transactions:
+    """What is known of transactions: changes seen, table-wide END counts, per-partition ENDs."""
+
+    seen: dict[str, int] = field(default_factory=dict)
+    ended: dict[str, int] = field(default_factory=dict)  # table-wide END: table_event_count
+    parts: dict[str, dict[int, int]] = field(default_factory=dict)  # per-partition END: the counts
+    got: dict[str, set[int]] = field(default_factory=dict)  # partitions whose END copy arrived
+
+    def copy(self) -> _Transactions:
+        return _Transactions(
+            dict(self.seen),
+            dict(self.ended),
+            {t: dict(c) for t, c in self.parts.items()},
+            {t: set(g) for t, g in self.got.items()},
+        )
+
+    def add(self, e: Entry) -> str | None:
+        """Count ``e``; the transaction of a change (None for anything else)."""
+        tx = e.tx_id
+        if not tx:
+            return None
+        if e.change is not None:
+            self.seen[tx] = self.seen.get(tx, 0) + 1
+            return tx
+        if e.tx_parts:
+            self.parts[tx] = e.tx_parts
+            self.got.setdefault(tx, set()).add(e.partition)
+        else:
+            self.ended[tx] = e.tx_count
+        return None
+
+    def complete(self, tx: str, assigned: set[int] | None) -> bool:
+        if tx in self.ended and self.seen.get(tx, 0) >= self.ended[tx]:
+            return True
+        counts = self.parts.get(tx)
+        if counts is None:
+            return False
+        got = self.got.get(tx, set())
+        return all(p in got for p in counts if assigned is None or p in assigned)
+
+    def unfinished(self, assigned: set[int] | None) -> _Transactions:
+        """Only the transactions not complete (what a committed prefix carries)."""
+        keep = [
+            tx
+            for tx in dict.fromkeys([*self.seen, *self.ended, *self.parts])
+            if not self.complete(tx, assigned)
+        ][-MAX_CARRIED:]
+        return _Transactions(
+            {t: self.seen[t] for t in keep if t in self.seen},
+            {t: self.ended[t] for t in keep if t in self.ended},
+            {t: self.parts[t] for t in keep if t in self.parts},
+            {t: self.got[t] for t in keep if t in self.got},
+        )
+
+
+@dataclass
 class TableBuffer:
     entries: list[Entry] = field(default_factory=list)
     bytes: int = 0
     records: int = 0
     first_at: float | None = None
-    # transactions a committed prefix left unfinished: changes taken so far, and the END's count
-    carried_seen: dict[str, int] = field(default_factory=dict)
-    carried_end: dict[str, int] = field(default_factory=dict)
+    # transactions a committed prefix left unfinished
+    carried: _Transactions = field(default_factory=_Transactions)
+    # this worker's partitions of the table (None: all): a per-partition END names the others too
+    assigned: set[int] | None = None
 
     def add(self, entry: Entry) -> None:
         if not self.entries:
@@ -72,33 +133,18 @@ class TableBuffer:
 
     def drop_prefix(self, count: int) -> None:
         """Drop the committed first ``count`` entries, carrying what they told of unfinished transactions."""
-        seen, ended = self._tally(count)
-        carried_seen: dict[str, int] = {}
-        carried_end: dict[str, int] = {}
-        for tx in (*seen, *ended):
-            if tx in ended and seen.get(tx, 0) >= ended[tx]:
-                continue  # complete: nothing of it can follow
-            if tx in seen:
-                carried_seen[tx] = seen[tx]
-            if tx in ended:
-                carried_end[tx] = ended[tx]
-        self.carried_seen = dict(list(carried_seen.items())[-MAX_CARRIED:])
-        self.carried_end = dict(list(carried_end.items())[-MAX_CARRIED:])
+        self.carried = self._tally(count).unfinished(self.assigned)
         rest = self.entries[count:]
         self.clear()
         for e in rest:
             self.add(e)
 
-    def _tally(self, upto: int | None = None) -> tuple[dict[str, int], dict[str, int]]:
-        """(changes seen, END count) per transaction over the carried state and the first ``upto`` entries."""
-        seen = dict(self.carried_seen)
-        ended = dict(self.carried_end)
+    def _tally(self, upto: int | None = None) -> _Transactions:
+        """The carried state plus the first ``upto`` entries."""
+        txs = self.carried.copy()
         for e in self.entries[: upto if upto is not None else len(self.entries)]:
-            if e.change is not None and e.tx_id:
-                seen[e.tx_id] = seen.get(e.tx_id, 0) + 1
-            elif e.change is None and e.tx_id:
-                ended[e.tx_id] = e.tx_count
-        return seen, ended
+            txs.add(e)
+        return txs
 
     def age_s(self) -> float:
         return 0.0 if self.first_at is None else time.monotonic() - self.first_at
@@ -110,28 +156,23 @@ class TableBuffer:
 
     def complete_prefix(self) -> int:
         """Length of the longest prefix in which every transaction touched is complete."""
-        seen = dict(self.carried_seen)
-        ended = dict(self.carried_end)
+        txs = self.carried.copy()
         open_txs: set[str] = set()
         best = 0
         for i, e in enumerate(self.entries):
-            if e.change is not None and e.tx_id:
-                seen[e.tx_id] = seen.get(e.tx_id, 0) + 1
-                open_txs.add(e.tx_id)
-            elif e.change is None and e.tx_id:
-                ended[e.tx_id] = e.tx_count
-            for tx in list(open_txs):
-                if tx in ended and seen.get(tx, 0) >= ended[tx]:
-                    open_txs.discard(tx)
+            tx = txs.add(e)
+            if tx is not None:
+                open_txs.add(tx)
+            if open_txs:
+                open_txs = {t for t in open_txs if not txs.complete(t, self.assigned)}
             if not open_txs:
                 best = i + 1
         return best
 
     def open_transactions(self, upto: int | None = None) -> list[str]:
-        seen, ended = self._tally(upto)
+        txs = self._tally(upto)
         in_buffer = {e.tx_id for e in self.entries[:upto] if e.change is not None and e.tx_id}
-        seen = {tx: n for tx, n in seen.items() if tx in in_buffer}
-        return sorted(tx for tx, n in seen.items() if tx not in ended or n < ended[tx])
+        return sorted(tx for tx in in_buffer if not txs.complete(tx, self.assigned))
 
     def cut(self, max_records: int, max_hold_s: float) -> Cut | None:
         """Where to cut now that the buffer is due (None: hold the cut for now)."""

@@ -169,6 +169,7 @@ class Writer:
         st = self.tables.get(tid)
         if st is None:
             st = self.tables[tid] = TableState(tid, topic)
+            st.buffer.assigned = st.assigned  # the same set: a per-partition END names other workers' too
         return st
 
     def _load_path(self, st: TableState) -> None:
@@ -305,6 +306,7 @@ class Writer:
                 if tx.status == pb.TransactionEvent.STATUS_END:
                     entry.tx_id = tx.id or None
                     entry.tx_count = tx.table_event_count
+                    entry.tx_parts = dict(tx.partition_event_counts) or None
         st.buffer.add(entry)
         self.metrics.buffered.labels(st.table_id).set(st.buffer.records)
         limit_records = 2 * self.config.batch_max_records

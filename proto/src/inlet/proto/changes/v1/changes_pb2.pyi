@@ -497,12 +497,33 @@ class TransactionEvent(_message.Message):
     STATUS_BEGIN: TransactionEvent.Status.ValueType  # 1
     STATUS_END: TransactionEvent.Status.ValueType  # 2
 
+    @_typing.final
+    class PartitionEventCountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.int
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.int = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     ID_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
     TABLE_ID_FIELD_NUMBER: _builtins.int
     TABLE_EVENT_COUNT_FIELD_NUMBER: _builtins.int
     TOTAL_EVENT_COUNT_FIELD_NUMBER: _builtins.int
     SOURCE_TS_MS_FIELD_NUMBER: _builtins.int
+    PARTITION_EVENT_COUNTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """same as TransactionRef.id of the transaction's changes (the txId)"""
     status: Global___TransactionEvent.Status.ValueType
@@ -513,6 +534,13 @@ class TransactionEvent(_message.Message):
     total_event_count: _builtins.int
     """END: all tables"""
     source_ts_ms: _builtins.int
+    @_builtins.property
+    def partition_event_counts(self) -> _containers.ScalarMap[_builtins.int, _builtins.int]:
+        """END relayed per partition (the CDC consumer sends a copy to each partition of the table's topic
+        that holds changes of the transaction, after those changes): output partition -> how many of the
+        transaction's changes of table_id it holds. Empty: a table-wide END sent to every partition.
+        """
+
     def __init__(
         self,
         *,
@@ -522,10 +550,11 @@ class TransactionEvent(_message.Message):
         table_event_count: _builtins.int = ...,
         total_event_count: _builtins.int = ...,
         source_ts_ms: _builtins.int = ...,
+        partition_event_counts: _abc.Mapping[_builtins.int, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "source_ts_ms", b"source_ts_ms", "status", b"status", "table_event_count", b"table_event_count", "table_id", b"table_id", "total_event_count", b"total_event_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "partition_event_counts", b"partition_event_counts", "source_ts_ms", b"source_ts_ms", "status", b"status", "table_event_count", b"table_event_count", "table_id", b"table_id", "total_event_count", b"total_event_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
