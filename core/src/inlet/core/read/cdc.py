@@ -31,14 +31,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from inlet.core.config import TableConfig
+from inlet.core.config import CdcLoggingMode, TableConfig
 from inlet.core.errors import InvalidInputError, UnsupportedError
+from inlet.core.log.reader import read_cdc_rows
 from inlet.core.read.incremental import ChangeWindow, change_window, read_file_groups
 from inlet.core.schema import META_COLUMNS, MetaField
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.archived import ArchivedTimeline
+from inlet.core.timeline.commit_metadata import WriteStat
 from inlet.core.timeline.instant import Action, Instant
+from inlet.core.write import cdc_log
 
 KEY: str = MetaField.RECORD_KEY.value
 COMMIT_TIME: str = MetaField.COMMIT_TIME.value
@@ -97,6 +100,42 @@ def _refuse_archived(table: TableHandle, begin: str) -> None:
         )
 
 
+def _as_is(
+    table: TableHandle,
+    mode: CdcLoggingMode,
+    stat: WriteStat,
+    before: dict[str, dict[str, Any]],
+    after: dict[str, dict[str, Any]],
+    columns: Sequence[str] | None,
+) -> list[tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]]:
+    """(key, op, before, after) of the changes one file group's CDC log files hold, the images the
+    mode omits taken from the file group's states (Hudi's ``AS_IS`` case)."""
+    out = []
+    for path in sorted(stat.cdc_stats or {}):
+        recs = read_cdc_rows(table.storage, path)
+        if mode is CdcLoggingMode.DATA_BEFORE_AFTER:
+            images = [r.get(cdc_log.AFTER) or r.get(cdc_log.BEFORE) or {} for r in recs]
+            keys = (
+                table.meta.key_generator.record_keys(pa.Table.from_pylist(images)).to_pylist() if recs else []
+            )
+        else:
+            keys = [r[cdc_log.RECORD_KEY] for r in recs]
+        for key, r in zip(keys, recs, strict=True):
+            op = r[cdc_log.OP]
+            if mode is CdcLoggingMode.DATA_BEFORE_AFTER:
+                b, a = r.get(cdc_log.BEFORE), r.get(cdc_log.AFTER)
+            elif mode is CdcLoggingMode.DATA_BEFORE:
+                b, a = r.get(cdc_log.BEFORE), after.get(key) if op != cdc_log.DELETE else None
+            else:
+                b = before.get(key) if op != cdc_log.INSERT else None
+                a = after.get(key) if op != cdc_log.DELETE else None
+            if columns is not None:
+                b = {c: b.get(c) for c in columns} if b is not None else None
+                a = {c: a.get(c) for c in columns} if a is not None else None
+            out.append((key, op, b, a))
+    return out
+
+
 def read_cdc(
     table: TableHandle, begin: str, end: str | None = None, columns: Sequence[str] | None = None
 ) -> tuple[ChangeWindow, pa.Table]:
@@ -110,15 +149,15 @@ def read_cdc(
     window = change_window(timeline, begin, end)
     if window.full_scan:
         _refuse_archived(table, window.begin)
+    mode = TableConfig.CDC_LOGGING_MODE.require(table.meta.props)
     out: list[dict[str, Any]] = []
     for inst in window.instants:
-        groups = timeline.commit_metadata(inst).touched_file_groups()
-        before = _state(table, _previous_write(timeline, inst), groups, columns)
-        after = _state(table, inst.time, groups, columns)
-        sample = next(iter(after.values()), None) or next(iter(before.values()), None)
-        if sample is None:
-            continue
-        data = list(columns) if columns is not None else [c for c in sample if c not in META_COLUMNS]
+        md = timeline.commit_metadata(inst)
+        logged = {(s.partition_path, s.file_id): s for s in md.write_stats() if s.cdc_stats}
+        inferred = md.touched_file_groups() - set(logged)
+        before = _state(table, _previous_write(timeline, inst), inferred, columns)
+        after = _state(table, inst.time, inferred, columns)
+        changes: list[tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]] = []
         for key in sorted(before.keys() | after.keys()):
             b, a = before.get(key), after.get(key)
             if a is not None and a[COMMIT_TIME] == inst.time:
@@ -127,6 +166,22 @@ def read_cdc(
                 op = "d"
             else:
                 continue
+            changes.append((key, op, b, a))
+        if logged:
+            # AS_IS: the CDC log files; OP_KEY_ONLY reads both states, DATA_BEFORE the after state
+            groups = set(logged)
+            prev = _previous_write(timeline, inst) if mode is CdcLoggingMode.OP_KEY_ONLY else None
+            logged_before = _state(table, prev, groups, columns)
+            logged_after = _state(
+                table, inst.time if mode is not CdcLoggingMode.DATA_BEFORE_AFTER else None, groups, columns
+            )
+            for stat in logged.values():
+                changes += _as_is(table, mode, stat, logged_before, logged_after, columns)
+        sample = next((img for c in changes for img in (c[3], c[2]) if img is not None), None)
+        if sample is None:
+            continue
+        data = list(columns) if columns is not None else [c for c in sample if c not in META_COLUMNS]
+        for _key, op, b, a in sorted(changes, key=lambda c: c[0]):
             out.append(
                 {
                     "op": op,
