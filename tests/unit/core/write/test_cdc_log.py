@@ -16,7 +16,7 @@ import pytest
 from support.tables import run_python
 
 from inlet.core import HudiTable, faults
-from inlet.core.errors import InvalidConfigError
+from inlet.core.errors import InvalidConfigError, InvalidInputError
 from inlet.core.log.blocks import BlockType, HeaderKey
 from inlet.core.log.reader import read_cdc_rows, scan_log_file
 from inlet.core.table.properties import read_properties
@@ -295,3 +295,31 @@ def test_clean_deletes_the_cdc_files_of_cleaned_slices(tmp_path: Path) -> None:
     assert bases == {commits[-1]}
     left = sorted(CDC_NAME.match(f.split("/")[-1])["instant"] for f in _files(t.base_path, ".cdc"))
     assert left == [commits[-1]] * 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cdc_images_come_from_the_cdc_log_after_a_clean(tmp_path: Path, mode: str) -> None:
+    """AS_IS: once the slice before a logged commit is cleaned, only the CDC log still has the before
+    image (DATA_BEFORE, DATA_BEFORE_AFTER); OP_KEY_ONLY needs that slice, and a commit whose CDC file
+    was cleaned cannot be read: both are refused with a clear error, as Hudi cannot read them either."""
+    t = _create(str(tmp_path / "t"), "COPY_ON_WRITE", mode)
+    row = lambda ts: pa.Table.from_pylist([{"id": 1, "part": "p1", "ts": ts, "v": 10 * ts}], schema=SCHEMA)  # noqa: E731
+    t.write(row(1), "upsert")
+    second = t.write(row(2), "upsert")
+    third = t.write(row(3), "upsert")
+    t.clean({"hoodie.clean.policy": "KEEP_LATEST_FILE_VERSIONS", "hoodie.clean.fileversions.retained": "1"})
+    with pytest.raises(InvalidInputError, match="deleted by a clean"):
+        t.read_changes("000", format="cdc")
+    if mode == "OP_KEY_ONLY":
+        with pytest.raises(InvalidInputError, match="OP_KEY_ONLY"):
+            t.read_changes(second.completion_time, format="cdc")
+        return
+    rows = t.read_changes(second.completion_time, columns=COLS, format="cdc").table.to_pylist()
+    assert [(r["op"], r["ts_ms"], json.loads(r["before"]), json.loads(r["after"])) for r in rows] == [
+        (
+            "u",
+            third.instant_time,
+            {"id": 1, "part": "p1", "ts": 2, "v": 20},
+            {"id": 1, "part": "p1", "ts": 3, "v": 30},
+        )
+    ]

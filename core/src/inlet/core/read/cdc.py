@@ -102,6 +102,7 @@ def _refuse_archived(table: TableHandle, begin: str) -> None:
 
 def _as_is(
     table: TableHandle,
+    inst: Instant,
     mode: CdcLoggingMode,
     stat: WriteStat,
     before: dict[str, dict[str, Any]],
@@ -112,6 +113,11 @@ def _as_is(
     mode omits taken from the file group's states (Hudi's ``AS_IS`` case)."""
     out = []
     for path in sorted(stat.cdc_stats or {}):
+        if not table.storage.exists(path):
+            raise InvalidInputError(
+                f"the CDC log file {path} of commit {inst.time} was deleted by a clean (its file slice is "
+                f"gone); begin the window at or after {inst.completion_time or inst.time}"
+            )
         recs = read_cdc_rows(table.storage, path)
         if mode is CdcLoggingMode.DATA_BEFORE_AFTER:
             images = [r.get(cdc_log.AFTER) or r.get(cdc_log.BEFORE) or {} for r in recs]
@@ -129,6 +135,12 @@ def _as_is(
             else:
                 b = before.get(key) if op != cdc_log.INSERT else None
                 a = after.get(key) if op != cdc_log.DELETE else None
+                if b is None and op != cdc_log.INSERT:
+                    raise InvalidInputError(
+                        f"commit {inst.time} logged keys only (OP_KEY_ONLY) and the file slice before it, "
+                        f"which holds the before image of {key!r}, was cleaned; begin the window at or after "
+                        f"{inst.completion_time or inst.time}"
+                    )
             if columns is not None:
                 b = {c: b.get(c) for c in columns} if b is not None else None
                 a = {c: a.get(c) for c in columns} if a is not None else None
@@ -176,7 +188,7 @@ def read_cdc(
                 table, inst.time if mode is not CdcLoggingMode.DATA_BEFORE_AFTER else None, groups, columns
             )
             for stat in logged.values():
-                changes += _as_is(table, mode, stat, logged_before, logged_after, columns)
+                changes += _as_is(table, inst, mode, stat, logged_before, logged_after, columns)
         sample = next((img for c in changes for img in (c[3], c[2]) if img is not None), None)
         if sample is None:
             continue
