@@ -17,6 +17,11 @@ lists the file in ``cdcStats`` (path relative to the table -> size). Like Hudi, 
 from scratch (every record an insert) and a Merge-on-Read log append get no CDC file: Hudi's CDC reader
 infers those (``BASE_FILE_INSERT``, ``LOG_FILE``), and so does :mod:`inlet.core.read.cdc`. The file
 gets a ``CREATE`` marker first, so a failed write's rollback deletes it like its data files.
+
+Copy-on-Write tables only. Apache Hudi also logs a Merge-on-Read merge (inserts into a small base
+file through the merge handle), but hudi-rs 0.5.0 reads every log file of a Merge-on-Read slice,
+``.cdc`` ones included, and fails on their ``CDC_DATA`` blocks ("Unsupported block type: CdcData"):
+so Inlet writes none on Merge-on-Read tables, whose commits the CDC query infers.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def write_context(
         data_block_format=logs.DATA_BLOCK_FORMAT.require(options),
         table_merge_mode=table.meta.merge_mode,
         cache_log_keys=table.meta.index_type is not IndexType.BUCKET,
-        cdc_mode=table.meta.cdc_mode,
+        # Merge-on-Read commits are inferred, never logged: see write.cdc_log
+        cdc_mode=table.meta.cdc_mode if table.meta.table_type is TableType.COPY_ON_WRITE else None,
     )
 
 
