@@ -6,7 +6,14 @@ shape): ``op`` (``i``, ``u`` or ``d``), ``ts_ms`` (the commit's instant time), `
 ``after`` (the record's data columns as JSON text, null for an insert's before and a delete's after).
 
 The window is the incremental query's (:mod:`inlet.core.read.incremental`): the write commits
-completed in ``(begin, end]``, compaction and clustering excluded. Each commit's changes are
+completed in ``(begin, end]``, compaction and clustering excluded. A file group whose write stat
+lists CDC log files (``cdcStats``, written on ``hoodie.table.cdc.enabled`` tables, see
+:mod:`inlet.core.write.cdc_log`) is read from them, as Hudi's ``HoodieCDCInferenceCase.AS_IS``:
+``DATA_BEFORE_AFTER`` records hold both images; ``DATA_BEFORE`` records the before image, the after
+image comes from the file group as of the commit; ``OP_KEY_ONLY`` records only op and key, the
+before image comes from the file group as of the write before the commit and the after image as of
+the commit. A CDC log a clean deleted, or an ``OP_KEY_ONLY`` commit whose previous slice was cleaned,
+is refused with an error naming where to begin instead. Every other file group's changes are
 inferred as Hudi's CDC reader infers them when no CDC log file was written (its
 ``BASE_FILE_INSERT`` / ``BASE_FILE_DELETE`` / ``LOG_FILE`` / ``REPLACE_COMMIT`` cases): the file
 groups the commit touched are read as of the write before it and as of the commit itself; a key the
@@ -15,9 +22,8 @@ min-delta (:mod:`inlet.core.read.net_changes`), nothing is netted: a key inserte
 deleted in three commits yields three rows, and an update that rewrote the same values is a ``u``.
 
 Rows come by commit (completion order), then record key. As in Hudi, only commits still on the
-active timeline can be read: a window that reaches archived commits is refused. Inlet writes no CDC log files
-(``hoodie.table.cdc.enabled`` tables written by Inlet are not supported yet), so the query works on
-any table with meta fields and every commit is inferred.
+active timeline can be read: a window that reaches archived commits is refused. The query works on
+any table with meta fields, CDC-enabled or not.
 """
 
 from __future__ import annotations
