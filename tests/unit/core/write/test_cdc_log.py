@@ -49,10 +49,17 @@ def _ops(seed: int) -> list[tuple[str, list[Row]]]:
     live: set[int] = set()
     out: list[tuple[str, list[Row]]] = []
     for step in range(1, 11):
-        if live and rng.random() < 0.3:
+        roll = rng.random()
+        if live and roll < 0.3:
             gone = rng.sample(sorted(live), k=min(len(live), rng.randint(1, 3)))
             live -= set(gone)
             out.append(("delete", [{"id": i, "part": f"p{i % 3}"} for i in gone]))
+        elif roll > 0.8 and len(live) < 10:  # insert: new keys only (appended to small files as is)
+            ids = rng.sample(sorted(set(range(12)) - live), k=rng.randint(1, 2))
+            live |= set(ids)
+            out.append(
+                ("insert", [{"id": i, "part": f"p{i % 3}", "ts": step, "v": rng.randint(0, 2)} for i in ids])
+            )
         else:
             ids = rng.sample(range(12), k=rng.randint(1, 5))
             live |= set(ids)
@@ -87,7 +94,7 @@ def _apply(t: HudiTable, ops: list[tuple[str, list[Row]]]) -> list[Any]:
             )
             done.append(t.delete(keys))
         else:
-            done.append(t.write(pa.Table.from_pylist(rows, schema=SCHEMA), "upsert"))
+            done.append(t.write(pa.Table.from_pylist(rows, schema=SCHEMA), kind))
     return done
 
 
@@ -108,6 +115,7 @@ def _query(t: HudiTable, begin: str, end: str, instants: dict[str, int]) -> list
 @pytest.mark.parametrize("table_type", ["COPY_ON_WRITE", "MERGE_ON_READ"])
 def test_cdc_log_query_equals_model_and_inference(tmp_path: Path, table_type: str, mode: str) -> None:
     ops = _ops(11)
+    assert {k for k, _ in ops} == {"upsert", "insert", "delete"}
     model = _model(ops)
     with_cdc = _create(str(tmp_path / "cdc"), table_type, mode)
     without = _create(str(tmp_path / "plain"), table_type, None)
@@ -327,3 +335,18 @@ def test_cdc_images_come_from_the_cdc_log_after_a_clean(tmp_path: Path, mode: st
             {"id": 1, "part": "p1", "ts": 3, "v": 30},
         )
     ]
+
+
+def test_restore_deletes_the_cdc_files_of_the_commits_it_rolls_back(tmp_path: Path) -> None:
+    t = _create(str(tmp_path / "t"), "COPY_ON_WRITE", "DATA_BEFORE_AFTER")
+    _two_groups(t)
+    kept = t.write(_update_both(2), "upsert").instant_time
+    t.savepoint(kept)
+    undone = [t.write(_update_both(ts), "upsert").instant_time for ts in (3, 4)]
+    instants = lambda: sorted(
+        CDC_NAME.match(f.split("/")[-1])["instant"] for f in _files(t.base_path, ".cdc")
+    )  # noqa: E731
+    assert instants() == sorted([kept, *undone] * 2)
+    t.restore(kept)
+    assert instants() == [kept, kept]
+    assert [r["v"] for r in t.read().sort_by("id").to_pylist()] == [2, 2, 2, 2]
