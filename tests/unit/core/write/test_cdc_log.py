@@ -5,12 +5,17 @@ over them equals a model of the writes and the same query over a table without C
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+import io
 import json
 import random
 import re
+import struct
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pytest
 from support.tables import run_python
@@ -19,7 +24,9 @@ from inlet.core import HudiTable, faults
 from inlet.core.errors import InvalidConfigError, InvalidInputError
 from inlet.core.log.blocks import BlockType, HeaderKey
 from inlet.core.log.reader import read_cdc_rows, scan_log_file
+from inlet.core.schema import to_avro_schema
 from inlet.core.table.properties import read_properties
+from inlet.core.write import cdc_log
 from inlet.core.write import files as write_files
 
 MODES = ["OP_KEY_ONLY", "DATA_BEFORE", "DATA_BEFORE_AFTER"]
@@ -343,10 +350,67 @@ def test_restore_deletes_the_cdc_files_of_the_commits_it_rolls_back(tmp_path: Pa
     kept = t.write(_update_both(2), "upsert").instant_time
     t.savepoint(kept)
     undone = [t.write(_update_both(ts), "upsert").instant_time for ts in (3, 4)]
-    instants = lambda: sorted(
-        CDC_NAME.match(f.split("/")[-1])["instant"] for f in _files(t.base_path, ".cdc")
-    )  # noqa: E731
+
+    def instants() -> list[str]:
+        return sorted(CDC_NAME.match(f.split("/")[-1])["instant"] for f in _files(t.base_path, ".cdc"))
+
     assert instants() == sorted([kept, *undone] * 2)
     t.restore(kept)
     assert instants() == [kept, kept]
     assert [r["v"] for r in t.read().sort_by("id").to_pylist()] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cdc_block_content_equals_fastavros_encoding(mode: str) -> None:
+    """The column-at-a-time CDC encoder writes the bytes fastavro writes record by record for the
+    block's schema (nested images with decimals, timestamps, dates, structs, lists and nulls)."""
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("name", pa.string()),
+            ("amount", pa.decimal128(10, 2)),
+            ("at", pa.timestamp("us", tz="UTC")),
+            ("day", pa.date32()),
+            ("info", pa.struct([("a", pa.int64()), ("b", pa.string())])),
+            ("tags", pa.list_(pa.string())),
+            ("flag", pa.bool_()),
+            ("score", pa.float64()),
+        ]
+    )
+    key = "_hoodie_record_key"
+    rows = {
+        1: {"id": 1, "name": "a", "amount": decimal.Decimal("1.50"), "at": dt.datetime(2024, 1, 2, 3, 4, 5, 6, dt.UTC),
+            "day": dt.date(2024, 1, 2), "info": {"a": 1, "b": "x"}, "tags": ["p", "q"], "flag": True, "score": 0.5},
+        2: {"id": 2, "name": None, "amount": None, "at": None, "day": None, "info": None, "tags": None, "flag": None,
+            "score": None},
+        3: {"id": 3, "name": "c", "amount": decimal.Decimal("-99.99"), "at": dt.datetime(1969, 12, 31, tzinfo=dt.UTC),
+            "day": dt.date(1900, 1, 1), "info": {"a": None, "b": None}, "tags": [], "flag": False, "score": -1e300},
+    }  # fmt: skip
+    new2 = {**rows[1], "id": 2, "name": "b2"}
+
+    def table(items: list[tuple[int, dict[str, Any]]]) -> pa.Table:
+        t = pa.Table.from_pylist([r for _, r in items], schema=schema)
+        return t.append_column(key, pa.array([str(k) for k, _ in items], pa.string()))
+
+    before = table([(1, rows[1]), (2, rows[2])])  # 1 deleted, 2 updated
+    after = table([(3, rows[3]), (2, new2)])  # 3 inserted
+    avro_schema = to_avro_schema(schema, "t")
+    count, content = cdc_log.encode_cdc_records(
+        mode, "20240102030405006", key, schema, before, after, avro_schema
+    )
+    want = [("1", "d", rows[1], None), ("2", "u", rows[2], new2), ("3", "i", None, rows[3])]
+    parsed = fastavro.parse_schema(json.loads(cdc_log.cdc_schema(mode, avro_schema)))
+    expected = bytearray(struct.pack(">ii", 3, len(want)))
+    for k, op, b, a in want:
+        rec: dict[str, Any] = {"op": op}
+        if mode == "DATA_BEFORE_AFTER":
+            rec.update(ts_ms="20240102030405006", before=b, after=a)
+        else:
+            rec["record_key"] = k
+            if mode == "DATA_BEFORE":
+                rec["before"] = b
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, rec)
+        expected += struct.pack(">i", len(buf.getvalue())) + buf.getvalue()
+    assert count == 3
+    assert content == bytes(expected)

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import json
 import posixpath
+import struct
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from inlet.core.commit import markers
 from inlet.core.config import CdcLoggingMode
 from inlet.core.file_group.view import log_file_name
 from inlet.core.log import writer as logs
-from inlet.core.log.blocks import BlockType, HeaderKey
+from inlet.core.log.blocks import DATA_BLOCK_VERSION, BlockType, HeaderKey
 from inlet.core.storage import Storage
 
 CDC_LOGFILE_SUFFIX = ".cdc"
@@ -65,6 +67,7 @@ def cdc_schema(mode: CdcLoggingMode, table_schema: str) -> str:
     """The CDC block's Avro schema for ``mode`` over the table's Avro schema (no meta fields), in
     the JSON form Avro's ``Schema.toString`` gives Hudi's ``HoodieCDCUtils.schemaBySupplementalLoggingMode``:
     the nested table record drops a namespace equal to the enclosing one, and its second use is by name."""
+    mode = CdcLoggingMode(mode)
     if mode is CdcLoggingMode.OP_KEY_ONLY:
         return OP_KEY_ONLY_SCHEMA
     table = json.loads(table_schema)
@@ -88,43 +91,73 @@ def cdc_schema(mode: CdcLoggingMode, table_schema: str) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
-def _images(rows: pa.Table, positions: list[int | None], data: pa.Schema) -> pa.Array:
-    """A nullable struct column: row ``positions[i]`` of ``rows`` (None: a null image)."""
-    mask = pa.array([p is None for p in positions], pa.bool_())
-    if all(p is None for p in positions):  # e.g. a delete's records carry no data columns
-        return pa.nulls(len(positions), pa.struct(list(data)))
-    taken = rows.select(data.names).take(pa.array(positions, pa.int64()))
-    arrays = [taken.column(c).cast(data.field(c).type).combine_chunks() for c in data.names]
-    return pa.StructArray.from_arrays(arrays, fields=list(data), mask=mask)
+_NULL_BRANCH = pa.scalar(b"\x00", pa.large_binary())  # union branch 0 (null) as an Avro varint
+_RECORD_BRANCH = pa.scalar(b"\x02", pa.large_binary())  # union branch 1 (the record)
+_EMPTY = pa.scalar(b"", pa.large_binary())
 
 
-def cdc_records(
+def _image_datums(
+    rows: pa.Table, positions: list[int | None], data: pa.Schema, table_schema: str
+) -> pa.Array:
+    """Per change, the Avro datum of a ``["null", <table record>]`` image: the null branch, or the
+    record branch then row ``positions[i]`` of ``rows`` encoded column by column."""
+    present = [p for p in positions if p is not None]
+    if not present:
+        return pa.repeat(_NULL_BRANCH, len(positions))
+    subset = rows.select(data.names).take(pa.array(present, pa.int64())).cast(data)
+    datums = logs.encode_avro_datums(subset, table_schema)
+    slots = np.cumsum([p is not None for p in positions]) - 1
+    index = pa.array(slots, pa.int64(), mask=np.array([p is None for p in positions]))
+    images = pc.binary_join_element_wise(_RECORD_BRANCH, datums.take(index), _EMPTY)
+    return pc.fill_null(images, _NULL_BRANCH)
+
+
+def _block_content(datums: pa.Array) -> bytes:
+    """CDC_DATA content as Hudi's Avro data blocks lay it out: block version, record count, then each
+    record length-prefixed (big-endian i32)."""
+    n = len(datums)
+    head = struct.pack(">ii", DATA_BLOCK_VERSION, n)
+    if n == 0:
+        return head
+    sizes = np.asarray(pc.binary_length(datums).to_numpy(), dtype=">i4")
+    prefix = pa.Array.from_buffers(pa.binary(4), n, [None, pa.py_buffer(sizes.tobytes())]).cast(
+        pa.large_binary()
+    )
+    joined = pc.binary_join_element_wise(prefix, datums, _EMPTY)
+    offsets = np.frombuffer(joined.buffers()[1], dtype=np.int64, count=n + 1, offset=joined.offset * 8)
+    return head + bytes(memoryview(joined.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
+
+
+def encode_cdc_records(
     mode: CdcLoggingMode,
     instant_time: str,
     key_column: str,
     data: pa.Schema,
     before: pa.Table,
     after: pa.Table,
-) -> pa.Table:
-    """The CDC records of one file group's changes, by record key: a key only in ``after`` (the
-    records written) is an insert, in both an update, only in ``before`` (the stored records
-    replaced or deleted) a delete."""
-    b_keys = before.column(key_column).to_pylist()
-    a_keys = after.column(key_column).to_pylist()
-    b_pos = {k: i for i, k in enumerate(b_keys)}
-    a_pos = {k: i for i, k in enumerate(a_keys)}
+    table_schema: str,
+) -> tuple[int, bytes]:
+    """The CDC records of one file group's changes, as CDC_DATA block content (and their count), by
+    record key: a key only in ``after`` (the records written) is an insert, in both an update, only
+    in ``before`` (the stored records replaced or deleted) a delete. Each record's datum is built
+    from pieces: ``op`` and ``ts_ms``/``record_key``, then the images' unions."""
+    mode = CdcLoggingMode(mode)
+    b_pos = {k: i for i, k in enumerate(before.column(key_column).to_pylist())}
+    a_pos = {k: i for i, k in enumerate(after.column(key_column).to_pylist())}
     keys = sorted(b_pos.keys() | a_pos.keys())
     ops = [INSERT if k not in b_pos else UPDATE if k in a_pos else DELETE for k in keys]
-    cols: dict[str, pa.Array] = {OP: pa.array(ops, pa.string())}
-    if mode is CdcLoggingMode.DATA_BEFORE_AFTER:
-        cols[TS] = pa.repeat(pa.scalar(instant_time, pa.string()), len(keys))
-    else:
-        cols[RECORD_KEY] = pa.array(keys, pa.string())
+    second = (
+        (TS, [instant_time] * len(keys)) if mode is CdcLoggingMode.DATA_BEFORE_AFTER else (RECORD_KEY, keys)
+    )
+    fields = json.loads(cdc_schema(mode, table_schema))["fields"][:2]
+    head = pa.table({OP: pa.array(ops, pa.string()), second[0]: pa.array(second[1], pa.string())})
+    pieces = [logs.encode_avro_datums(head, json.dumps({"type": "record", "name": "Head", "fields": fields}))]
     if mode is not CdcLoggingMode.OP_KEY_ONLY:
-        cols[BEFORE] = _images(before, [b_pos.get(k) for k in keys], data)
+        pieces.append(_image_datums(before, [b_pos.get(k) for k in keys], data, table_schema))
     if mode is CdcLoggingMode.DATA_BEFORE_AFTER:
-        cols[AFTER] = _images(after, [a_pos.get(k) for k in keys], data)
-    return pa.table(cols)
+        pieces.append(_image_datums(after, [a_pos.get(k) for k in keys], data, table_schema))
+    datums = pc.binary_join_element_wise(*pieces, _EMPTY) if len(pieces) > 1 else pieces[0]
+    return len(keys), _block_content(datums)
 
 
 def write_cdc_log(
@@ -143,12 +176,11 @@ def write_cdc_log(
 ) -> dict[str, int]:
     """Write the CDC log file of one file group's changes (marker first); returns its ``cdcStats``
     entry ({} when nothing changed)."""
-    records = cdc_records(mode, instant_time, key_column, data, before, after)
-    if records.num_rows == 0:
+    count, content = encode_cdc_records(mode, instant_time, key_column, data, before, after, table_schema)
+    if count == 0:
         return {}
-    schema = cdc_schema(mode, table_schema)
-    header = {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: schema}
-    block = logs.encode_block(BlockType.CDC_DATA, header, logs.encode_avro_records(records, schema))
+    header = {HeaderKey.INSTANT_TIME: instant_time, HeaderKey.SCHEMA: cdc_schema(mode, table_schema)}
+    block = logs.encode_block(BlockType.CDC_DATA, header, content)
     name = cdc_file_name(file_id, instant_time, token)
     rel = posixpath.join(partition, name) if partition else name
     markers.create_marker(storage, instant_time, partition, name, "CREATE")
