@@ -414,3 +414,20 @@ def test_cdc_block_content_equals_fastavros_encoding(mode: str) -> None:
         expected += struct.pack(">i", len(buf.getvalue())) + buf.getvalue()
     assert count == 3
     assert content == bytes(expected)
+
+
+def test_clustering_writes_no_cdc_file_and_adds_no_cdc_rows(tmp_path: Path) -> None:
+    """As Hudi: clustering rewrites records without changing them, so it logs nothing, and the CDC
+    query (which skips clustering commits) returns the writes' changes only."""
+    t = _create(str(tmp_path / "t"), "COPY_ON_WRITE", "DATA_BEFORE_AFTER")
+    for n in range(3):  # three small file groups per partition
+        rows = [{"id": 10 * n + i, "part": f"p{i % 2}", "ts": 1, "v": i} for i in range(4)]
+        t.write(pa.Table.from_pylist(rows, schema=SCHEMA), "bulk_insert")
+    before = _files(t.base_path, ".cdc")
+    end_writes = t.load_timeline().completed_writes()[-1].completion_time
+    done = t.cluster(options={"hoodie.clustering.plan.strategy.sort.columns": "v"}, force=True)
+    assert done is not None and done.action == "replacecommit"
+    assert not any(s.cdc_stats for s in done.metadata.write_stats())
+    assert _files(t.base_path, ".cdc") == before
+    assert t.read_changes(end_writes, format="cdc").table.num_rows == 0
+    assert t.read_changes("000", format="cdc").table.num_rows == 12  # the three inserts, nothing more
