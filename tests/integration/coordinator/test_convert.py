@@ -57,6 +57,7 @@ def write_stats(draw: st.DrawFn, partition: str) -> WriteStat:
         min_event_time=draw(maybe_int),
         max_event_time=draw(maybe_int),
         runtime_stats=draw(st.none() | st.dictionaries(names, counts, min_size=1, max_size=3)),
+        cdc_stats=draw(st.none() | st.dictionaries(names, counts, min_size=1, max_size=2)),
     )
 
 
@@ -90,7 +91,7 @@ def test_metadata_round_trip_is_lossless(case: tuple[str, CommitMetadata]) -> No
 def test_round_trip_of_metadata_written_by_core(tmp_path: Path) -> None:
     """What core's writers really record (COW base files, MOR log files with runtime stats, a replace)
     survives the trip, and re-encodes to the same Avro records."""
-    cow = HudiTable.create(str(tmp_path / "cow"), name="cow", record_key="id", partition_by="city")
+    cow = HudiTable.create(str(tmp_path / "cow"), name="cow", record_key="id", partition_by="city", cdc=True)
     mor = HudiTable.create(
         str(tmp_path / "mor"),
         name="mor",
@@ -114,6 +115,7 @@ def test_round_trip_of_metadata_written_by_core(tmp_path: Path) -> None:
         assert back.to_avro_record() == res.metadata.to_avro_record()
     assert results[2].metadata.is_replace and results[2].action == "replacecommit"
     assert any(s.log_files for s in results[4].metadata.write_stats())
+    assert any(s.cdc_stats for s in results[1].metadata.write_stats())  # the CDC table's merge
 
 
 def test_instant_round_trip() -> None:

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from inlet.core import HudiTable
+from inlet.core.table.properties import read_properties
 from inlet.services.cli.dataio import json_safe
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.filters import parse_filter
@@ -699,3 +700,34 @@ def test_merge_on_read_upsert_snapshot_and_read_optimized(tmp_path: Path) -> Non
     assert fares()[1] == 99.0
     assert fares("--query-type", "read_optimized")[1] == RIDES[0]["fare"]
     assert set(fares()) == {r["id"] for r in RIDES}
+
+
+def test_cli_table_create_cdc_writes_hudis_cdc_keys(tmp_path: Path) -> None:
+    table = tmp_path / "cdc"
+    ok_here(
+        "table",
+        "create",
+        table,
+        "--name",
+        "c",
+        "--record-key",
+        "id",
+        "--cdc",
+        "--cdc-logging-mode",
+        "op_key_only",
+    )
+    props = read_properties(HudiTable.open(str(table)).storage)
+    assert props["hoodie.table.cdc.enabled"] == "true"
+    assert props["hoodie.table.cdc.supplemental.logging.mode"] == "OP_KEY_ONLY"
+    bad = call(
+        "table",
+        "create",
+        tmp_path / "x",
+        "--name",
+        "x",
+        "--record-key",
+        "id",
+        "--cdc-logging-mode",
+        "DATA_BEFORE",
+    )
+    assert bad.returncode != 0 and "--cdc-logging-mode needs --cdc" in bad.stderr

@@ -124,6 +124,23 @@ class TableType(enum.StrEnum):
         return cls(v)
 
 
+class CdcLoggingMode(enum.StrEnum):
+    """``hoodie.table.cdc.supplemental.logging.mode`` (Hudi's ``HoodieCDCSupplementalLoggingMode``):
+    what a CDC log record keeps besides the operation and record key."""
+
+    OP_KEY_ONLY = "OP_KEY_ONLY"
+    DATA_BEFORE = "DATA_BEFORE"
+    DATA_BEFORE_AFTER = "DATA_BEFORE_AFTER"
+
+    @classmethod
+    def parse(cls, value: str) -> CdcLoggingMode:
+        v = value.strip().upper()
+        try:
+            return cls(v)
+        except ValueError:
+            raise ValueError(f"not a CDC supplemental logging mode: use one of {', '.join(cls)}") from None
+
+
 class MergeMode(enum.StrEnum):
     EVENT_TIME_ORDERING = "EVENT_TIME_ORDERING"
     COMMIT_TIME_ORDERING = "COMMIT_TIME_ORDERING"
@@ -265,6 +282,10 @@ class TableConfig:
     TIMELINE_TIMEZONE = ConfigKey("hoodie.table.timeline.timezone", str, "LOCAL")
     CHECKSUM = ConfigKey("hoodie.table.checksum", int)
     CREATE_SCHEMA = ConfigKey("hoodie.table.create.schema", str)
+    CDC_ENABLED = ConfigKey("hoodie.table.cdc.enabled", parse_bool, False)
+    CDC_LOGGING_MODE = ConfigKey(
+        "hoodie.table.cdc.supplemental.logging.mode", CdcLoggingMode.parse, CdcLoggingMode.DATA_BEFORE_AFTER
+    )
     ARCHIVELOG_FOLDER = ConfigKey("hoodie.archivelog.folder", str, "archived")
     # Inlet/Hudi write-side settings persisted with the table so every writer agrees.
     INDEX_TYPE = ConfigKey("hoodie.index.type", IndexType.parse, IndexType.SIMPLE)

@@ -7,7 +7,8 @@ table version 8), with its policies (``hoodie.clean.policy``):
   retain is the N-th newest completed write (commit, deltacommit, replacecommit), moved back to the
   earliest pending write if one is older. In every file group the latest slice stays, and so does
   the newest slice older than that commit (a reader of the retained window's first instant needs
-  it); every older slice is deleted: its base file and its log files.
+  it); every older slice is deleted: its base file and its log files, CDC log files (``.cdc``)
+  included (Hudi's planner cleans a slice's log files of a CDC-enabled table whatever its type).
 - ``KEEP_LATEST_BY_HOURS`` (``hoodie.clean.hours.retained`` = 24): the same, the earliest commit to
   retain being the first one requested within the last N hours.
 - ``KEEP_LATEST_FILE_VERSIONS`` (``hoodie.clean.fileversions.retained`` = 3): the N newest slices of
@@ -182,7 +183,7 @@ def earliest_commit_to_retain(
 
 def _slice_files(s: FileSlice) -> list[str]:
     out = [s.base_file.path] if s.base_file is not None else []
-    return out + [lf.path for lf in s.log_files]
+    return out + [lf.path for lf in s.log_files] + [c.path for c in s.cdc_files]
 
 
 def _protected(table: TableHandle, timeline: Timeline) -> tuple[set[tuple[str, str, str]], set[str]]:

@@ -395,7 +395,7 @@ def run_clustering(
             for p, fid in sorted(plan.file_groups()):
                 metadata.partition_to_replace_file_ids.setdefault(p, []).append(fid)  # type: ignore[union-attr]
             metadata.extra_metadata = {SCHEMA_KEY: ctx.avro_schema}
-            pending.remove_stray_files(s.path for s in metadata.write_stats())
+            pending.remove_stray_files(f for s in metadata.write_stats() for f in s.files())
             faults.crash_point(BEFORE_COMPLETE)
             done = pending.complete(metadata)
     except CommitConflictError:

@@ -403,7 +403,7 @@ def _execute(
             metadata.add(stat)
         faults.crash_point(AFTER_DATA_FILES)
         metadata.extra_metadata = {SCHEMA_KEY: ctx.avro_schema}
-        pending.remove_stray_files(s.path for s in metadata.write_stats())
+        pending.remove_stray_files(f for s in metadata.write_stats() for f in s.files())
         faults.crash_point(BEFORE_COMPLETE)
         with table_lock(storage):
             check_still_pending(pending.protocol.timeline(), _inflight(t))

@@ -136,6 +136,8 @@ class FileSlice:
     base_instant: str
     base_file: BaseFile | None = None
     log_files: list[LogFile] = field(default_factory=list)  # ordered by LogFile.sort_key
+    # CDC log files (``.cdc``) of the commits of this slice: no records of the table, but cleaned with it
+    cdc_files: list[LogFile] = field(default_factory=list)
 
     @property
     def has_logs(self) -> bool:
@@ -235,6 +237,7 @@ class FileSystemView:
         self.partitions_seen: set[str] = set()
         base_by_group: dict[tuple[str, str], list[BaseFile]] = {}
         logs_by_group: dict[tuple[str, str], list[LogFile]] = {}
+        cdc_by_group: dict[tuple[str, str], list[LogFile]] = {}
         for info in files if files is not None else list_data_files(timeline.storage):
             bf = BaseFile.parse(info.path, info.size)
             if bf is not None:
@@ -243,8 +246,12 @@ class FileSystemView:
                 continue
             lf = LogFile.parse(info.path, info.size)
             if lf is not None:
+                if lf.is_cdc:
+                    if self.is_committed(lf.instant_time):
+                        cdc_by_group.setdefault((lf.partition, lf.file_id), []).append(lf)
+                    continue
                 # layout 1 logs name their base instant: their blocks are checked one by one
-                if not lf.is_cdc and (not self.uses_completion_time or self.is_committed(lf.instant_time)):
+                if not self.uses_completion_time or self.is_committed(lf.instant_time):
                     logs_by_group.setdefault((lf.partition, lf.file_id), []).append(lf)
                 continue
             if posixpath.basename(info.path) == PARTITION_METADATA_FILE:
@@ -259,6 +266,11 @@ class FileSystemView:
             visible = [s for s in slices if self._slice_visible(s)]
             if not visible:
                 continue
+            for cdc in cdc_by_group.get(key, []):
+                # a CDC file belongs to the slice its commit wrote (the base file of the same instant)
+                written = [s for s in visible if s.base_instant <= cdc.instant_time]
+                if written:
+                    written[-1].cdc_files.append(cdc)
             base_files = [s.base_file for s in visible if s.base_file is not None]
             groups[key] = FileGroup(partition, file_id, base_files, visible)
         self.groups = groups

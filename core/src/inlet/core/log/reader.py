@@ -681,6 +681,21 @@ def read_log_blocks(
     return out
 
 
+def read_cdc_rows(storage: Storage, path: str) -> list[dict[str, Any]]:
+    """The records of the ``CDC_DATA`` blocks of a CDC log file (``*.cdc``), decoded by each block's
+    writer schema."""
+    src = open_source(storage, path)
+    try:
+        rows: list[dict[str, Any]] = []
+        for frame in scan_frames(src, path).frames:
+            if frame.block_type is BlockType.CDC_DATA:
+                for part in _iter_avro_rows(_content(src, frame, path), frame, path, 1 << 62):
+                    rows.extend(part.to_pylist() if isinstance(part, pa.Table) else part)
+        return rows
+    finally:
+        src.close()
+
+
 def read_log_file(storage: Storage, path: str) -> list[LogBlock]:
     """Every whole block of the log file at ``path`` (relative to the table), decoded."""
     src = open_source(storage, path)

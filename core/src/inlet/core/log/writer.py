@@ -334,6 +334,25 @@ def encode_avro_records(records: pa.Table, schema_json: str) -> bytes:
     return head + memoryview(joined.buffers()[2])[int(offsets[0]) : int(offsets[-1])]
 
 
+def encode_avro_datums(records: pa.Table, schema_json: str) -> pa.Array:
+    """Each record's Avro binary datum (``large_binary``, no length prefix), encoded column by column
+    as :func:`encode_avro_records` does: the pieces a caller nests in a larger record (a record's
+    datum is its fields' datums one after the other)."""
+    fields = _block_fields(records, schema_json)
+    if records.num_rows == 0:
+        return pa.array([], pa.large_binary())
+    pieces: list[pa.Array] = []
+    for f in fields:
+        encoded = _encode_column(records.column(f["name"]).combine_chunks(), f["type"])
+        if encoded is None:
+            encoded = _encode_column_rowwise(records, f)
+            if encoded is None:
+                rows = _avro_rows(records, fields, fastavro.parse_schema(json.loads(schema_json)))
+                return pa.array(rows, pa.large_binary())
+        pieces.extend(encoded)
+    return pc.binary_join_element_wise(*pieces, _EMPTY)
+
+
 # ---------------------------------------------------------------------------------- columnar Avro
 #
 # A record's Avro binary form is its fields' encodings one after the other, so a block can be built

@@ -596,7 +596,7 @@ class HudiWriter(DataSourceArrowWriter):
                     for s in m.stats:
                         metadata.add(s)
             metadata.extra_metadata = {SCHEMA_KEY: self.avro_schema}
-            pending.remove_stray_files(s.path for s in metadata.write_stats())
+            pending.remove_stray_files(f for s in metadata.write_stats() for f in s.files())
             self._lease(table).beat()
             pending.complete(metadata)
 

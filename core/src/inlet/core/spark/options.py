@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from inlet.core.config import (
+    CdcLoggingMode,
     IndexType,
     KeyGeneratorType,
     MergeMode,
@@ -227,6 +228,13 @@ TABLE_OPTIONS = (
     TableOption("timestamp output format", (TS_OUTPUT_FORMAT,), TableConfig.TS_OUTPUT_FORMAT.key),
     TableOption("timestamp input format", (TS_INPUT_FORMAT,), TableConfig.TS_INPUT_FORMAT.key),
     TableOption("timestamp time zone", (TS_TIMEZONE,), TableConfig.TS_TIMEZONE.key),
+    TableOption("CDC", (TableConfig.CDC_ENABLED.key,), TableConfig.CDC_ENABLED.key, _bool),
+    TableOption(
+        "CDC supplemental logging mode",
+        (TableConfig.CDC_LOGGING_MODE.key,),
+        TableConfig.CDC_LOGGING_MODE.key,
+        _upper,
+    ),
 )
 
 _PAYLOAD_MERGE_MODES = {
@@ -373,6 +381,10 @@ def create_table(path: str, settings: WriteSettings) -> HudiTable:
         database=settings.database,
         timestamp=timestamp,
         extra_properties=extra or None,
+        cdc=t.get(TableConfig.CDC_ENABLED.key) == "true",
+        cdc_logging_mode=t.get(TableConfig.CDC_LOGGING_MODE.key)
+        if t.get(TableConfig.CDC_ENABLED.key) == "true"
+        else None,
     )
 
 
@@ -420,6 +432,10 @@ def _stored(option: TableOption, props: Mapping[str, str]) -> str | None:
         raw = props.get(option.prop, "false")
     elif option.prop == TableConfig.POPULATE_META_FIELDS.key:
         raw = props.get(option.prop, "true")
+    elif option.prop == TableConfig.CDC_ENABLED.key:
+        raw = props.get(option.prop, "false")
+    elif option.prop == TableConfig.CDC_LOGGING_MODE.key and props.get(TableConfig.CDC_ENABLED.key) == "true":
+        raw = props.get(option.prop, CdcLoggingMode.DATA_BEFORE_AFTER.value)
     elif option.prop == TableConfig.MERGE_MODE.key:
         raw = props.get(option.prop) or (
             MergeMode.EVENT_TIME_ORDERING.value

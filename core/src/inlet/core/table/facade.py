@@ -26,6 +26,7 @@ from inlet.core.actions.savepoint import SavepointInfo, create_savepoint, delete
 from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.commit.result import CommitResult
 from inlet.core.config import (
+    CdcLoggingMode,
     IndexType,
     KeyGeneratorType,
     MergeMode,
@@ -101,6 +102,8 @@ class HudiTable(TableHandle):
         timestamp: TimestampPartitioning | None = None,
         extra_properties: dict[str, str] | None = None,
         filesystem: pafs.FileSystem | None = None,
+        cdc: bool = False,
+        cdc_logging_mode: CdcLoggingMode | str | None = None,
     ) -> HudiTable:
         if not _NAME_RE.match(name):
             raise InvalidConfigError(f"invalid table name {name!r}: use letters, digits and underscores")
@@ -136,6 +139,15 @@ class HudiTable(TableHandle):
         if kgen is KeyGeneratorType.CUSTOM:
             raise UnsupportedError("the custom key generator is not supported yet")
         idx = IndexType.parse(index) if isinstance(index, str) else index
+        cdc_mode = None
+        if cdc_logging_mode is not None:
+            if not cdc:
+                raise InvalidConfigError(
+                    f"{TableConfig.CDC_LOGGING_MODE.key} needs {TableConfig.CDC_ENABLED.key}=true"
+                )
+            cdc_mode = TableConfig.CDC_LOGGING_MODE.require(
+                {TableConfig.CDC_LOGGING_MODE.key: cdc_logging_mode}
+            )
         if buckets < 1:
             raise InvalidConfigError("the bucket index needs at least one bucket")
         storage = Storage(path, filesystem)
@@ -173,6 +185,9 @@ class HudiTable(TableHandle):
         if idx is IndexType.BUCKET:
             props[TableConfig.BUCKET_NUM.key] = str(buckets)
             props[TableConfig.BUCKET_HASH_FIELDS.key] = ",".join(keys)
+        if cdc:  # as Apache Hudi: both keys only on a CDC-enabled table, the mode by its enum name
+            props[TableConfig.CDC_ENABLED.key] = "true"
+            props[TableConfig.CDC_LOGGING_MODE.key] = (cdc_mode or CdcLoggingMode.DATA_BEFORE_AFTER).value
         if timestamp is not None:
             props[TableConfig.TS_TYPE.key] = timestamp.timestamp_type
             props[TableConfig.TS_OUTPUT_FORMAT.key] = timestamp.output_format

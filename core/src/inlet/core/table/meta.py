@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
 
-from inlet.core.config import NBCC_MODE, IndexType, KeyGeneratorType, MergeMode, TableConfig, TableType
+from inlet.core.config import (
+    NBCC_MODE,
+    CdcLoggingMode,
+    IndexType,
+    KeyGeneratorType,
+    MergeMode,
+    TableConfig,
+    TableType,
+)
 from inlet.core.errors import UnsupportedError
 from inlet.core.keys import KeyGenerator, TimestampPartitioning
 from inlet.core.table.properties import SUPPORTED_READ_VERSIONS
@@ -75,6 +83,13 @@ class TableMeta:
     @cached_property
     def populate_meta_fields(self) -> bool:
         return bool(TableConfig.POPULATE_META_FIELDS.get(self.props))
+
+    @cached_property
+    def cdc_mode(self) -> CdcLoggingMode | None:
+        """The supplemental logging mode of a CDC-enabled table (``hoodie.table.cdc.enabled``), else None."""
+        if not TableConfig.CDC_ENABLED.get(self.props):
+            return None
+        return TableConfig.CDC_LOGGING_MODE.require(self.props)
 
     @cached_property
     def bucket_hash_fields(self) -> tuple[str, ...]:

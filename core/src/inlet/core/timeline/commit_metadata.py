@@ -43,6 +43,12 @@ class WriteStat:
     min_event_time: int | None = None
     max_event_time: int | None = None
     runtime_stats: dict[str, int] | None = None
+    # CDC log files written beside the data file: path (relative to the table) -> size in bytes
+    cdc_stats: dict[str, int] | None = None
+
+    def files(self) -> list[str]:
+        """The files this stat names: the data file and its CDC log files."""
+        return [self.path, *(self.cdc_stats or {})]
 
     def to_avro(self) -> dict[str, Any]:
         return {
@@ -67,7 +73,7 @@ class WriteStat:
             "logOffset": self.log_offset,
             "baseFile": self.base_file,
             "logFiles": self.log_files,
-            "cdcStats": None,
+            "cdcStats": dict(self.cdc_stats) if self.cdc_stats else None,
             "prevBaseFile": self.prev_base_file,
             "minEventTime": self.min_event_time,
             "maxEventTime": self.max_event_time,
@@ -109,6 +115,7 @@ class WriteStat:
             total_corrupt_log_block=num("totalCorruptLogBlock"),
             log_version=d.get("logVersion"),
             log_offset=d.get("logOffset"),
+            cdc_stats={str(k): int(v) for k, v in d["cdcStats"].items()} if d.get("cdcStats") else None,
         )
 
 

@@ -13,9 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from inlet.core.commit import markers
-from inlet.core.config import (
-    MergeMode,
-)
+from inlet.core.config import CdcLoggingMode, MergeMode
 from inlet.core.file_group.view import (
     PARTITION_METADATA_FILE,
     base_file_name,
@@ -33,6 +31,7 @@ from inlet.core.schema import (
 )
 from inlet.core.storage import Storage
 from inlet.core.timeline.commit_metadata import WriteStat
+from inlet.core.write import cdc_log
 from inlet.core.write.file_groups import FileGroupWrite, without_deletes
 from inlet.core.write.prepare import DELETED, KEY, PARTITION
 
@@ -55,6 +54,8 @@ class WriteContext:
     table_merge_mode: MergeMode | None = None  # the table's mode (merge_mode is per operation)
     # keep the keys of written log files for the next simple-index lookup (see LogKeyCache)
     cache_log_keys: bool = True
+    # a CDC-enabled table's supplemental logging mode: merges also write a CDC log (write.cdc_log)
+    cdc_mode: CdcLoggingMode | None = None
 
 
 def _meta(n: int, value: str) -> pa.Array:
@@ -103,6 +104,7 @@ def write_file_group(
     deleted_flags = np.asarray(incoming.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
 
     kept = None
+    before = None  # stored records this merge replaces (the CDC before images)
     num_updates = num_deletes = 0
     write_new = ~deleted_flags  # incoming records written as new records
     updates = np.zeros(0, dtype=np.int64)  # incoming positions written over stored records
@@ -130,6 +132,8 @@ def write_file_group(
             num_deletes = int(deleted_flags[winners].sum())
             write_new[ex_match[ex_idx]] = False  # matched a stored record: never a new record
         kept = existing.filter(pa.array(~replaced_rows))
+        if ctx.cdc_mode is not None:
+            before = cdc_log.changed_rows(existing, replaced_rows)
         if not ctx.populate_meta_fields:  # keys were only recomputed to merge; stored as null
             kept = kept.set_column(2, full_schema.field(2), pa.nulls(kept.num_rows, pa.string()))
     num_inserts = int(write_new.sum())
@@ -154,6 +158,21 @@ def write_file_group(
         storage, ctx.instant_time, fg.partition, name, "MERGE" if fg.base_file else "CREATE"
     )
     size = write_base_file(storage, rel, out, ctx.avro_schema, ctx.compression, ctx.populate_meta_fields)
+    cdc_stats = None
+    if before is not None and ctx.cdc_mode is not None:
+        cdc_stats = cdc_log.write_cdc_log(
+            storage,
+            mode=ctx.cdc_mode,
+            instant_time=ctx.instant_time,
+            table_schema=ctx.avro_schema,
+            partition=fg.partition,
+            file_id=fg.file_id,
+            token=token,
+            key_column=KEY,
+            data=ctx.schema,
+            before=before,
+            after=fresh,
+        )
     elapsed = int((time.monotonic() - started) * 1000)
     return WriteStat(
         file_id=fg.file_id,
@@ -172,6 +191,7 @@ def write_file_group(
             "totalCreateTime": 0 if fg.base_file else elapsed,
             "totalUpsertTime": elapsed if fg.base_file else 0,
         },
+        cdc_stats=cdc_stats or None,
     )
 
 

@@ -96,6 +96,8 @@ def write_context(
         data_block_format=logs.DATA_BLOCK_FORMAT.require(options),
         table_merge_mode=table.meta.merge_mode,
         cache_log_keys=table.meta.index_type is not IndexType.BUCKET,
+        # Merge-on-Read commits are inferred, never logged: see write.cdc_log
+        cdc_mode=table.meta.cdc_mode if table.meta.table_type is TableType.COPY_ON_WRITE else None,
     )
 
 
@@ -159,7 +161,7 @@ def run_write(
         metadata.extra_metadata = {**extra_metadata}
         if avro_schema:
             metadata.extra_metadata[SCHEMA_KEY] = avro_schema
-        pending.remove_stray_files(s.path for s in metadata.write_stats())
+        pending.remove_stray_files(f for s in metadata.write_stats() for f in s.files())
         faults.crash_point(faults.BEFORE_COMPLETE)
         done = pending.complete(metadata)
     log.info("committed %s %s: %s", done.action, done.time, json.dumps(_counts(metadata)))

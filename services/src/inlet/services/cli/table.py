@@ -90,6 +90,7 @@ def _add_table_create(tables: argparse._SubParsersAction[ArgumentParser]) -> Non
     )
     _add_timestamp_options(p)
     _add_index_options(p)
+    _add_cdc_options(p)
     p.add_argument(
         "--database",
         default=env("INLET_DATABASE"),
@@ -138,6 +139,25 @@ def _add_index_options(p: ArgumentParser) -> None:
         metavar="N",
         default=env_int("INLET_BUCKETS", minimum=1),
         help=with_env("number of buckets per partition for --index bucket (default 4)", "INLET_BUCKETS"),
+    )
+
+
+CDC_MODES = ("OP_KEY_ONLY", "DATA_BEFORE", "DATA_BEFORE_AFTER")
+
+
+def _add_cdc_options(p: ArgumentParser) -> None:
+    g = p.add_argument_group("change data capture")
+    g.add_argument(
+        "--cdc",
+        action="store_true",
+        help="write Hudi's CDC log files on Copy-on-Write merges (hoodie.table.cdc.enabled=true)",
+    )
+    g.add_argument(
+        "--cdc-logging-mode",
+        type=str.upper,
+        choices=CDC_MODES,
+        metavar="|".join(CDC_MODES),
+        help="what a CDC record keeps (hoodie.table.cdc.supplemental.logging.mode; default DATA_BEFORE_AFTER)",
     )
 
 
@@ -192,6 +212,12 @@ def _buckets(args: argparse.Namespace) -> int:
     return int(args.buckets) if args.buckets is not None else 4
 
 
+def _cdc_mode(args: argparse.Namespace) -> str | None:
+    if args.cdc_logging_mode is not None and not args.cdc:
+        raise UsageError("--cdc-logging-mode needs --cdc")
+    return str(args.cdc_logging_mode) if args.cdc_logging_mode is not None else None
+
+
 def cmd_table_create(args: argparse.Namespace) -> int:
     path = options.table_path(args.path)
     table = HudiTable.create(
@@ -209,6 +235,8 @@ def cmd_table_create(args: argparse.Namespace) -> int:
         buckets=_buckets(args),
         database=args.database,
         timestamp=_timestamp_partitioning(args),
+        cdc=args.cdc,
+        cdc_logging_mode=_cdc_mode(args),
     )
     log_event(log, logging.INFO, "table created", path=table.base_path, name=table.name)
     parts = ",".join(table.partition_fields) or "(none)"

@@ -63,7 +63,7 @@ def write_stat_json(stat: commit_pb2.WriteStat) -> dict[str, Any]:
     out: dict[str, Any] = {
         "fileId": stat.file_id,
         "path": stat.path,
-        "cdcStats": None,
+        "cdcStats": dict(stat.cdc_stats) if stat.cdc_stats else None,
         "prevCommit": stat.prev_commit,
         "tempPath": None,
         "partitionPath": stat.partition_path,

@@ -91,6 +91,7 @@ def write_stat_to_proto(stat: WriteStat) -> commit_pb2.WriteStat:
         prev_commit=stat.prev_commit,
         log_files=list(stat.log_files or ()),
         runtime_stats=dict(stat.runtime_stats or {}),
+        cdc_stats=dict(stat.cdc_stats or {}),
     )
     for name in _INT_FIELDS:
         setattr(msg, name, getattr(stat, name))
@@ -109,6 +110,7 @@ def write_stat_from_proto(msg: commit_pb2.WriteStat) -> WriteStat:
         prev_commit=msg.prev_commit,
         log_files=list(msg.log_files) or None,
         runtime_stats=dict(msg.runtime_stats) or None,
+        cdc_stats=dict(msg.cdc_stats) or None,
     )
     for name in _INT_FIELDS:
         setattr(stat, name, getattr(msg, name))

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n inlet/proto/hudi/v1/commit.proto\x12\x13inlet.proto.hudi.v1\"z\n\x07Instant\x12\x14\n\x0cinstant_time\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x30\n\x05state\x18\x03 \x01(\x0e\x32!.inlet.proto.hudi.v1.InstantState\x12\x17\n\x0f\x63ompletion_time\x18\x04 \x01(\t\"6\n\x0b\x46ileGroupId\x12\x16\n\x0epartition_path\x18\x01 \x01(\t\x12\x0f\n\x07\x66ile_id\x18\x02 \x01(\t\"\xff\x06\n\tWriteStat\x12\x0f\n\x07\x66ile_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x16\n\x0epartition_path\x18\x03 \x01(\t\x12\x13\n\x0bprev_commit\x18\x04 \x01(\t\x12\x12\n\nnum_writes\x18\x05 \x01(\x03\x12\x13\n\x0bnum_deletes\x18\x06 \x01(\x03\x12\x19\n\x11num_update_writes\x18\x07 \x01(\x03\x12\x13\n\x0bnum_inserts\x18\x08 \x01(\x03\x12\x19\n\x11total_write_bytes\x18\t \x01(\x03\x12\x1a\n\x12total_write_errors\x18\n \x01(\x03\x12\x1a\n\x12\x66ile_size_in_bytes\x18\x0b \x01(\x03\x12\x1b\n\x0eprev_base_file\x18\x0c \x01(\tH\x00\x88\x01\x01\x12\x16\n\tbase_file\x18\r \x01(\tH\x01\x88\x01\x01\x12\x11\n\tlog_files\x18\x0e \x03(\t\x12\x19\n\x11total_log_records\x18\x0f \x01(\x03\x12\x18\n\x10total_log_blocks\x18\x10 \x01(\x03\x12!\n\x19total_log_files_compacted\x18\x11 \x01(\x03\x12 \n\x18total_log_size_compacted\x18\x12 \x01(\x03\x12\'\n\x1ftotal_updated_records_compacted\x18\x13 \x01(\x03\x12\x1d\n\x15total_rollback_blocks\x18\x14 \x01(\x03\x12\x1f\n\x17total_corrupt_log_block\x18\x15 \x01(\x03\x12\x18\n\x0blog_version\x18\x16 \x01(\x05H\x02\x88\x01\x01\x12\x17\n\nlog_offset\x18\x17 \x01(\x03H\x03\x88\x01\x01\x12\x1b\n\x0emin_event_time\x18\x18 \x01(\x03H\x04\x88\x01\x01\x12\x1b\n\x0emax_event_time\x18\x19 \x01(\x03H\x05\x88\x01\x01\x12G\n\rruntime_stats\x18\x1a \x03(\x0b\x32\x30.inlet.proto.hudi.v1.WriteStat.RuntimeStatsEntry\x1a\x33\n\x11RuntimeStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x11\n\x0f_prev_base_fileB\x0c\n\n_base_fileB\x0e\n\x0c_log_versionB\r\n\x0b_log_offsetB\x11\n\x0f_min_event_timeB\x11\n\x0f_max_event_time\"D\n\x13PartitionWriteStats\x12-\n\x05stats\x18\x01 \x03(\x0b\x32\x1e.inlet.proto.hudi.v1.WriteStat\"#\n\x0fReplacedFileIds\x12\x10\n\x08\x66ile_ids\x18\x01 \x03(\t\"\xde\x04\n\x0e\x43ommitMetadata\x12\x16\n\x0eoperation_type\x18\x01 \x01(\t\x12`\n\x18partition_to_write_stats\x18\x02 \x03(\x0b\x32>.inlet.proto.hudi.v1.CommitMetadata.PartitionToWriteStatsEntry\x12N\n\x0e\x65xtra_metadata\x18\x03 \x03(\x0b\x32\x36.inlet.proto.hudi.v1.CommitMetadata.ExtraMetadataEntry\x12i\n\x1dpartition_to_replace_file_ids\x18\x04 \x03(\x0b\x32\x42.inlet.proto.hudi.v1.CommitMetadata.PartitionToReplaceFileIdsEntry\x12\x11\n\tcompacted\x18\x05 \x01(\x08\x1a\x66\n\x1aPartitionToWriteStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x37\n\x05value\x18\x02 \x01(\x0b\x32(.inlet.proto.hudi.v1.PartitionWriteStats:\x02\x38\x01\x1a\x34\n\x12\x45xtraMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x66\n\x1ePartitionToReplaceFileIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x33\n\x05value\x18\x02 \x01(\x0b\x32$.inlet.proto.hudi.v1.ReplacedFileIds:\x02\x38\x01*\x83\x01\n\x0cInstantState\x12\x1d\n\x19INSTANT_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17INSTANT_STATE_REQUESTED\x10\x01\x12\x1a\n\x16INSTANT_STATE_INFLIGHT\x10\x02\x12\x1b\n\x17INSTANT_STATE_COMPLETED\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n inlet/proto/hudi/v1/commit.proto\x12\x13inlet.proto.hudi.v1\"z\n\x07Instant\x12\x14\n\x0cinstant_time\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x30\n\x05state\x18\x03 \x01(\x0e\x32!.inlet.proto.hudi.v1.InstantState\x12\x17\n\x0f\x63ompletion_time\x18\x04 \x01(\t\"6\n\x0b\x46ileGroupId\x12\x16\n\x0epartition_path\x18\x01 \x01(\t\x12\x0f\n\x07\x66ile_id\x18\x02 \x01(\t\"\xf1\x07\n\tWriteStat\x12\x0f\n\x07\x66ile_id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x16\n\x0epartition_path\x18\x03 \x01(\t\x12\x13\n\x0bprev_commit\x18\x04 \x01(\t\x12\x12\n\nnum_writes\x18\x05 \x01(\x03\x12\x13\n\x0bnum_deletes\x18\x06 \x01(\x03\x12\x19\n\x11num_update_writes\x18\x07 \x01(\x03\x12\x13\n\x0bnum_inserts\x18\x08 \x01(\x03\x12\x19\n\x11total_write_bytes\x18\t \x01(\x03\x12\x1a\n\x12total_write_errors\x18\n \x01(\x03\x12\x1a\n\x12\x66ile_size_in_bytes\x18\x0b \x01(\x03\x12\x1b\n\x0eprev_base_file\x18\x0c \x01(\tH\x00\x88\x01\x01\x12\x16\n\tbase_file\x18\r \x01(\tH\x01\x88\x01\x01\x12\x11\n\tlog_files\x18\x0e \x03(\t\x12\x19\n\x11total_log_records\x18\x0f \x01(\x03\x12\x18\n\x10total_log_blocks\x18\x10 \x01(\x03\x12!\n\x19total_log_files_compacted\x18\x11 \x01(\x03\x12 \n\x18total_log_size_compacted\x18\x12 \x01(\x03\x12\'\n\x1ftotal_updated_records_compacted\x18\x13 \x01(\x03\x12\x1d\n\x15total_rollback_blocks\x18\x14 \x01(\x03\x12\x1f\n\x17total_corrupt_log_block\x18\x15 \x01(\x03\x12\x18\n\x0blog_version\x18\x16 \x01(\x05H\x02\x88\x01\x01\x12\x17\n\nlog_offset\x18\x17 \x01(\x03H\x03\x88\x01\x01\x12\x1b\n\x0emin_event_time\x18\x18 \x01(\x03H\x04\x88\x01\x01\x12\x1b\n\x0emax_event_time\x18\x19 \x01(\x03H\x05\x88\x01\x01\x12G\n\rruntime_stats\x18\x1a \x03(\x0b\x32\x30.inlet.proto.hudi.v1.WriteStat.RuntimeStatsEntry\x12?\n\tcdc_stats\x18\x1b \x03(\x0b\x32,.inlet.proto.hudi.v1.WriteStat.CdcStatsEntry\x1a\x33\n\x11RuntimeStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x1a/\n\rCdcStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\x11\n\x0f_prev_base_fileB\x0c\n\n_base_fileB\x0e\n\x0c_log_versionB\r\n\x0b_log_offsetB\x11\n\x0f_min_event_timeB\x11\n\x0f_max_event_time\"D\n\x13PartitionWriteStats\x12-\n\x05stats\x18\x01 \x03(\x0b\x32\x1e.inlet.proto.hudi.v1.WriteStat\"#\n\x0fReplacedFileIds\x12\x10\n\x08\x66ile_ids\x18\x01 \x03(\t\"\xde\x04\n\x0e\x43ommitMetadata\x12\x16\n\x0eoperation_type\x18\x01 \x01(\t\x12`\n\x18partition_to_write_stats\x18\x02 \x03(\x0b\x32>.inlet.proto.hudi.v1.CommitMetadata.PartitionToWriteStatsEntry\x12N\n\x0e\x65xtra_metadata\x18\x03 \x03(\x0b\x32\x36.inlet.proto.hudi.v1.CommitMetadata.ExtraMetadataEntry\x12i\n\x1dpartition_to_replace_file_ids\x18\x04 \x03(\x0b\x32\x42.inlet.proto.hudi.v1.CommitMetadata.PartitionToReplaceFileIdsEntry\x12\x11\n\tcompacted\x18\x05 \x01(\x08\x1a\x66\n\x1aPartitionToWriteStatsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x37\n\x05value\x18\x02 \x01(\x0b\x32(.inlet.proto.hudi.v1.PartitionWriteStats:\x02\x38\x01\x1a\x34\n\x12\x45xtraMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x66\n\x1ePartitionToReplaceFileIdsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x33\n\x05value\x18\x02 \x01(\x0b\x32$.inlet.proto.hudi.v1.ReplacedFileIds:\x02\x38\x01*\x83\x01\n\x0cInstantState\x12\x1d\n\x19INSTANT_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17INSTANT_STATE_REQUESTED\x10\x01\x12\x1a\n\x16INSTANT_STATE_INFLIGHT\x10\x02\x12\x1b\n\x17INSTANT_STATE_COMPLETED\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,32 +33,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_WRITESTAT_RUNTIMESTATSENTRY']._loaded_options = None
   _globals['_WRITESTAT_RUNTIMESTATSENTRY']._serialized_options = b'8\001'
+  _globals['_WRITESTAT_CDCSTATSENTRY']._loaded_options = None
+  _globals['_WRITESTAT_CDCSTATSENTRY']._serialized_options = b'8\001'
   _globals['_COMMITMETADATA_PARTITIONTOWRITESTATSENTRY']._loaded_options = None
   _globals['_COMMITMETADATA_PARTITIONTOWRITESTATSENTRY']._serialized_options = b'8\001'
   _globals['_COMMITMETADATA_EXTRAMETADATAENTRY']._loaded_options = None
   _globals['_COMMITMETADATA_EXTRAMETADATAENTRY']._serialized_options = b'8\001'
   _globals['_COMMITMETADATA_PARTITIONTOREPLACEFILEIDSENTRY']._loaded_options = None
   _globals['_COMMITMETADATA_PARTITIONTOREPLACEFILEIDSENTRY']._serialized_options = b'8\001'
-  _globals['_INSTANTSTATE']._serialized_start=1852
-  _globals['_INSTANTSTATE']._serialized_end=1983
+  _globals['_INSTANTSTATE']._serialized_start=1966
+  _globals['_INSTANTSTATE']._serialized_end=2097
   _globals['_INSTANT']._serialized_start=57
   _globals['_INSTANT']._serialized_end=179
   _globals['_FILEGROUPID']._serialized_start=181
   _globals['_FILEGROUPID']._serialized_end=235
   _globals['_WRITESTAT']._serialized_start=238
-  _globals['_WRITESTAT']._serialized_end=1133
-  _globals['_WRITESTAT_RUNTIMESTATSENTRY']._serialized_start=980
-  _globals['_WRITESTAT_RUNTIMESTATSENTRY']._serialized_end=1031
-  _globals['_PARTITIONWRITESTATS']._serialized_start=1135
-  _globals['_PARTITIONWRITESTATS']._serialized_end=1203
-  _globals['_REPLACEDFILEIDS']._serialized_start=1205
-  _globals['_REPLACEDFILEIDS']._serialized_end=1240
-  _globals['_COMMITMETADATA']._serialized_start=1243
-  _globals['_COMMITMETADATA']._serialized_end=1849
-  _globals['_COMMITMETADATA_PARTITIONTOWRITESTATSENTRY']._serialized_start=1589
-  _globals['_COMMITMETADATA_PARTITIONTOWRITESTATSENTRY']._serialized_end=1691
-  _globals['_COMMITMETADATA_EXTRAMETADATAENTRY']._serialized_start=1693
-  _globals['_COMMITMETADATA_EXTRAMETADATAENTRY']._serialized_end=1745
-  _globals['_COMMITMETADATA_PARTITIONTOREPLACEFILEIDSENTRY']._serialized_start=1747
-  _globals['_COMMITMETADATA_PARTITIONTOREPLACEFILEIDSENTRY']._serialized_end=1849
+  _globals['_WRITESTAT']._serialized_end=1247
+  _globals['_WRITESTAT_RUNTIMESTATSENTRY']._serialized_start=1045
+  _globals['_WRITESTAT_RUNTIMESTATSENTRY']._serialized_end=1096
+  _globals['_WRITESTAT_CDCSTATSENTRY']._serialized_start=1098
+  _globals['_WRITESTAT_CDCSTATSENTRY']._serialized_end=1145
+  _globals['_PARTITIONWRITESTATS']._serialized_start=1249
+  _globals['_PARTITIONWRITESTATS']._serialized_end=1317
+  _globals['_REPLACEDFILEIDS']._serialized_start=1319
+  _globals['_REPLACEDFILEIDS']._serialized_end=1354
+  _globals['_COMMITMETADATA']._serialized_start=1357
+  _globals['_COMMITMETADATA']._serialized_end=1963
+  _globals['_COMMITMETADATA_PARTITIONTOWRITESTATSENTRY']._serialized_start=1703
+  _globals['_COMMITMETADATA_PARTITIONTOWRITESTATSENTRY']._serialized_end=1805
+  _globals['_COMMITMETADATA_EXTRAMETADATAENTRY']._serialized_start=1807
+  _globals['_COMMITMETADATA_EXTRAMETADATAENTRY']._serialized_end=1859
+  _globals['_COMMITMETADATA_PARTITIONTOREPLACEFILEIDSENTRY']._serialized_start=1861
+  _globals['_COMMITMETADATA_PARTITIONTOREPLACEFILEIDSENTRY']._serialized_end=1963
 # @@protoc_insertion_point(module_scope)

@@ -125,6 +125,26 @@ class WriteStat(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class CdcStatsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     FILE_ID_FIELD_NUMBER: _builtins.int
     PATH_FIELD_NUMBER: _builtins.int
     PARTITION_PATH_FIELD_NUMBER: _builtins.int
@@ -151,6 +171,7 @@ class WriteStat(_message.Message):
     MIN_EVENT_TIME_FIELD_NUMBER: _builtins.int
     MAX_EVENT_TIME_FIELD_NUMBER: _builtins.int
     RUNTIME_STATS_FIELD_NUMBER: _builtins.int
+    CDC_STATS_FIELD_NUMBER: _builtins.int
     file_id: _builtins.str
     path: _builtins.str
     partition_path: _builtins.str
@@ -179,6 +200,10 @@ class WriteStat(_message.Message):
     def log_files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def runtime_stats(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
+    @_builtins.property
+    def cdc_stats(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """cdcStats: the CDC log files written beside the data file, path (relative to the table) -> bytes"""
+
     def __init__(
         self,
         *,
@@ -208,10 +233,11 @@ class WriteStat(_message.Message):
         min_event_time: _builtins.int | None = ...,
         max_event_time: _builtins.int | None = ...,
         runtime_stats: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        cdc_stats: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_base_file", b"_base_file", "_log_offset", b"_log_offset", "_log_version", b"_log_version", "_max_event_time", b"_max_event_time", "_min_event_time", b"_min_event_time", "_prev_base_file", b"_prev_base_file", "base_file", b"base_file", "log_offset", b"log_offset", "log_version", b"log_version", "max_event_time", b"max_event_time", "min_event_time", b"min_event_time", "prev_base_file", b"prev_base_file"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_base_file", b"_base_file", "_log_offset", b"_log_offset", "_log_version", b"_log_version", "_max_event_time", b"_max_event_time", "_min_event_time", b"_min_event_time", "_prev_base_file", b"_prev_base_file", "base_file", b"base_file", "file_id", b"file_id", "file_size_in_bytes", b"file_size_in_bytes", "log_files", b"log_files", "log_offset", b"log_offset", "log_version", b"log_version", "max_event_time", b"max_event_time", "min_event_time", b"min_event_time", "num_deletes", b"num_deletes", "num_inserts", b"num_inserts", "num_update_writes", b"num_update_writes", "num_writes", b"num_writes", "partition_path", b"partition_path", "path", b"path", "prev_base_file", b"prev_base_file", "prev_commit", b"prev_commit", "runtime_stats", b"runtime_stats", "total_corrupt_log_block", b"total_corrupt_log_block", "total_log_blocks", b"total_log_blocks", "total_log_files_compacted", b"total_log_files_compacted", "total_log_records", b"total_log_records", "total_log_size_compacted", b"total_log_size_compacted", "total_rollback_blocks", b"total_rollback_blocks", "total_updated_records_compacted", b"total_updated_records_compacted", "total_write_bytes", b"total_write_bytes", "total_write_errors", b"total_write_errors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_base_file", b"_base_file", "_log_offset", b"_log_offset", "_log_version", b"_log_version", "_max_event_time", b"_max_event_time", "_min_event_time", b"_min_event_time", "_prev_base_file", b"_prev_base_file", "base_file", b"base_file", "cdc_stats", b"cdc_stats", "file_id", b"file_id", "file_size_in_bytes", b"file_size_in_bytes", "log_files", b"log_files", "log_offset", b"log_offset", "log_version", b"log_version", "max_event_time", b"max_event_time", "min_event_time", b"min_event_time", "num_deletes", b"num_deletes", "num_inserts", b"num_inserts", "num_update_writes", b"num_update_writes", "num_writes", b"num_writes", "partition_path", b"partition_path", "path", b"path", "prev_base_file", b"prev_base_file", "prev_commit", b"prev_commit", "runtime_stats", b"runtime_stats", "total_corrupt_log_block", b"total_corrupt_log_block", "total_log_blocks", b"total_log_blocks", "total_log_files_compacted", b"total_log_files_compacted", "total_log_records", b"total_log_records", "total_log_size_compacted", b"total_log_size_compacted", "total_rollback_blocks", b"total_rollback_blocks", "total_updated_records_compacted", b"total_updated_records_compacted", "total_write_bytes", b"total_write_bytes", "total_write_errors", b"total_write_errors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__base_file: _TypeAlias = _typing.Literal["base_file"]  # noqa: Y015
     _WhichOneofArgType__base_file: _TypeAlias = _typing.Literal["_base_file", b"_base_file"]  # noqa: Y015
