@@ -8,6 +8,9 @@ slot, rows deleted meanwhile) overwrites the table instead of appending to it.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,3 +107,27 @@ def test_a_slot_that_exists_is_a_clear_error(
     ):
         _load(pg_url, coordinator, lake, slot)
     assert not any(lake.rglob("hoodie.properties"))  # nothing written
+
+
+def test_writer_load_cli_prints_the_summary_and_the_debezium_settings(
+    pg_url: str, coordinator: RunningServer, lake: Path, slot: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE src_k (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO src_k SELECT g, 'v' || g FROM generate_series(1, 20) g")
+        conn.execute("CREATE TABLE src_nokey (v text)")
+    argv = [sys.executable, "-m", "inlet.services.cli.main", "writer", "load", "--database-url", pg_url]
+    argv += ["--tables", "public.src_*", "--coordinator", coordinator.address, "--lake-root", str(lake)]
+    argv += ["--topic-prefix", "srv", "--slot", slot, "--publication", slot + "_pub"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [(r["table_id"], r["rows"]) for r in summary["loaded"]] == [("srv.public.src_k", 20)]
+    assert list(summary["skipped"]) == ["public.src_nokey"]
+    assert summary["debezium"] == {
+        "snapshot.mode": "initial",
+        "snapshot.include.collection.list": r"public\.src_nokey",
+    }
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=120)  # the slot exists now
+    assert again.returncode == 2
+    assert again.stderr.strip().count("\n") == 0 and "already exists" in again.stderr

@@ -1,4 +1,5 @@
-"""``inlet writer run``: the writer service (``inlet.changes.<table>`` topics -> Hudi tables).
+"""``inlet writer run``: the writer service (``inlet.changes.<table>`` topics -> Hudi tables);
+``inlet writer load``: the initial load by COPY (:mod:`inlet.services.writer.initial_load`).
 
 Every flag also comes from an ``INLET_WRITER_*`` environment variable (named in ``--help``); a flag
 wins over its variable. On start it prints one JSON line on stdout (``{"event": "serving", ...}``);
@@ -198,6 +199,68 @@ example:
 """
 
 
+LOAD_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "database_url",
+        "--database-url",
+        "the source PostgreSQL (libpq URL), as the connector's user: it creates the replication slot",
+        required=True,
+        metavar="URL",
+    ),
+    Setting(
+        "tables",
+        "--tables",
+        "source tables to load, globs of SCHEMA.TABLE (repeatable or comma-separated)",
+        kind="list",
+        default=("public.*",),
+        metavar="GLOB",
+    ),
+    *CONNECTION_SETTINGS,
+    Setting(
+        "lake_root",
+        "--lake-root",
+        "root directory of the tables (as the writer's)",
+        required=True,
+        metavar="DIR",
+    ),
+    Setting(
+        "topic_prefix",
+        "--topic-prefix",
+        "Debezium's topic.prefix: the table ids are <prefix>.<schema>.<table>",
+        required=True,
+        metavar="PREFIX",
+    ),
+    Setting("slot", "--slot", "the connector's slot.name (created here)", required=True, metavar="NAME"),
+    Setting(
+        "publication",
+        "--publication",
+        "the connector's publication.name (created FOR ALL TABLES unless it exists)",
+        required=True,
+        metavar="NAME",
+    ),
+    Setting(
+        "table_config",
+        "--table-config",
+        "the writer's per-table configuration (JSON), so tables are created as it would",
+        metavar="FILE",
+    ),
+)
+
+LOAD_DESCRIPTION = """Load the rows already in PostgreSQL into the Hudi tables in bulk, before Debezium first starts, so
+they do not travel through Kafka one event each: create the connector's logical replication slot
+exporting its snapshot, COPY every matching table in that snapshot, bulk_insert it through the
+coordinator into the table the writer would create (Debezium 'r' rows at the slot's LSN), and print a
+JSON summary on stdout whose "debezium" entry is the connector configuration to start it with
+(snapshot.mode=no_data, or a snapshot of the tables COPY cannot load exactly). `inlet stack up` does
+this itself (--initial-load copy).
+"""
+
+LOAD_EPILOG = """example:
+  inlet writer load --database-url postgresql://dbz@pg/app --topic-prefix app --slot inlet_app \
+      --publication inlet_app --coordinator coord:50551 --lake-root /lake --tables 'public.*'
+"""
+
+
 def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
 
@@ -220,6 +283,15 @@ def add_writer_commands(subparsers: Any) -> None:
     )
     add_arguments(run_p, SETTINGS, ENV_PREFIX)
     run_p.set_defaults(handler=cmd_run)
+    load_p = sub.add_parser(
+        "load",
+        help="load existing rows by COPY at a new replication slot's snapshot (before Debezium starts)",
+        description=LOAD_DESCRIPTION,
+        epilog=LOAD_EPILOG,
+        formatter_class=_formatter,
+    )
+    add_arguments(load_p, LOAD_SETTINGS, ENV_PREFIX)
+    load_p.set_defaults(handler=cmd_load)
 
 
 def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> Any:
@@ -280,10 +352,43 @@ def cmd_run(args: argparse.Namespace) -> int:
             endpoint.stop()
 
 
+def cmd_load(args: argparse.Namespace) -> int:
+    from inlet.services.coordinator_client.client import CoordinatorClient
+    from inlet.services.writer import initial_load
+    from inlet.services.writer.tables import TableConfigError, load_rules
+
+    try:
+        v = resolve(args, LOAD_SETTINGS, ENV_PREFIX)
+        rules = load_rules(v["table_config"])
+    except (SettingsError, TableConfigError) as e:
+        raise UsageError(str(e)) from None
+    with CoordinatorClient(
+        v["coordinator"],
+        root_certificates=read_ca(v["coordinator_ca"]),
+        token=v["coordinator_token"],
+        tls=bool(v["coordinator_tls"]),
+    ) as client:
+        try:
+            summary = initial_load.load(
+                v["database_url"],
+                v["tables"],
+                client=client,
+                lake_root=v["lake_root"],
+                topic_prefix=v["topic_prefix"],
+                slot=v["slot"],
+                publication=v["publication"],
+                rules=rules,
+            )
+        except initial_load.LoadError as e:
+            raise UsageError(str(e)) from None
+    print(json.dumps(summary.as_json()))
+    return 0
+
+
 def main(argv: Any = None) -> int:  # pragma: no cover - `python -m inlet.services.cli.writer`
     from inlet.services.cli.main import main as inlet_main
 
     return inlet_main(["writer", *(argv or [])])
 
 
-__all__ = ["SETTINGS", "add_writer_commands", "cmd_run", "config_from_args", "json"]
+__all__ = ["LOAD_SETTINGS", "SETTINGS", "add_writer_commands", "cmd_load", "cmd_run", "config_from_args"]

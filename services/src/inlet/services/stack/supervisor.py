@@ -18,7 +18,6 @@ import fnmatch
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -322,10 +321,7 @@ class Stack:
             finally:
                 client.close()
             state.write_text(json.dumps(summary, indent=2))
-        skipped = sorted(summary["skipped"])
-        if not skipped:
-            return {"snapshot.mode": "no_data"}
-        return {"snapshot.include.collection.list": ",".join(re.escape(t) for t in skipped)}
+        return initial_load.debezium_snapshot_config(summary["skipped"])
 
     def _cdc(self) -> CommandComponent:
         port = self.ports.get("cdc_metrics")

@@ -32,9 +32,10 @@ import dataclasses
 import fnmatch
 import json
 import logging
+import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -295,7 +296,19 @@ class LoadSummary:
             "lsn": self.lsn,
             "loaded": [dataclasses.asdict(r) for r in self.loaded],
             "skipped": self.skipped,
+            "debezium": debezium_snapshot_config(self.skipped),
         }
+
+
+def debezium_snapshot_config(skipped: Iterable[str]) -> dict[str, str]:
+    """The connector settings that follow a load: no data snapshot, or one of the tables COPY left."""
+    left = sorted(skipped)
+    if not left:
+        return {"snapshot.mode": "no_data"}
+    return {
+        "snapshot.mode": "initial",
+        "snapshot.include.collection.list": ",".join(re.escape(t) for t in left),
+    }
 
 
 def matching_tables(conn: psycopg.Connection[Any], globs: Sequence[str]) -> list[tuple[str, str]]:
