@@ -1,7 +1,7 @@
 """End-to-end replication benchmark: PostgreSQL -> Debezium -> Kafka -> CDC consumer -> writer -> Hudi.
 
     .venv/bin/python benchmarks/replication.py [--engines local,spark] [--rates 500,2000,5000]
-        [--seconds 30] [--snapshot-rows 1000000] [--dir DIR] [--json FILE]
+        [--seconds 30] [--snapshot-rows 1000000] [--initial-loads copy,debezium] [--dir DIR] [--json FILE]
 
 A script that prints a table (not a test). For each engine it brings up the whole local stack
 (``inlet stack up``: embedded PostgreSQL, S3 + Tansu, the coordinator, Debezium, the CDC consumer and
@@ -12,7 +12,10 @@ the writer, every process on 127.0.0.1) in a fresh directory and measures:
    ``--snapshot-rows`` rows is created and filled; it is stopped, then ``inlet stack up`` starts
    everything, so Debezium's initial snapshot reads the table. Measured from ``stack up`` to every row
    visible in a snapshot read of the Hudi table (``HudiTable.open(path).read``), with the time each stage
-   had all rows: Debezium's topic, the CDC consumer's ``inlet.changes.*`` topic, the writer.
+   had all rows: Debezium's topic, the CDC consumer's ``inlet.changes.*`` topic, the writer. Each of
+   ``--initial-loads`` runs in its own stack: ``copy`` (``stack up --initial-load copy``, the default:
+   the rows are COPYed at the replication slot's snapshot during ``up``, whose time includes it) and
+   ``debezium`` (Debezium's snapshot: every row an event through Kafka, the CDC consumer and the writer).
 
 2. **Sustained changes.** At each offered rate a load generator (one psycopg connection) runs inserts,
    updates and deletes (30/50/20) on a 20-column table in small transactions (rate/100 changes each,

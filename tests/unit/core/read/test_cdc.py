@@ -11,6 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.interruptions import interrupt
 
 from inlet.core import HudiTable
 from inlet.core.errors import InvalidInputError
@@ -52,6 +53,8 @@ def _story(
         commits.append((r.completion_time, want))
         if table_type == "MERGE_ON_READ" and rng.random() < 0.3:
             t.compact({"hoodie.compact.inline.max.delta.commits": "1"})  # no changes of its own
+        junk = [{"id": i, "part": f"p{i % 3}", "ts": 99, "v": 9} for i in rng.sample(range(12), 3)]
+        interrupt(t, rng, pa.Table.from_pylist(junk, schema=SCHEMA), clustering=index == "simple")
     return t, commits
 
 

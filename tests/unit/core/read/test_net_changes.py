@@ -1,5 +1,6 @@
 """Min-delta and append-only change queries equal what a model derives from the table's states at
-the window's two ends (random writes, deletes and compactions; COW and MOR; simple and bucket)."""
+the window's two ends (random writes, deletes, compactions, failed writes rolled back and
+clusterings; COW and MOR; simple and bucket)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.interruptions import interrupt
 
 from inlet.core import HudiTable
 from inlet.core.errors import InvalidInputError
@@ -58,6 +60,8 @@ def _story(
         states.append((r.completion_time, {k: dict(v) for k, v in state.items()}))
         if table_type == "MERGE_ON_READ" and rng.random() < 0.3:
             t.compact({"hoodie.compact.inline.max.delta.commits": "1"})
+        junk = [{"id": i, "part": f"p{i % 3}", "ts": 99, "v": 9} for i in rng.sample(range(20), 3)]
+        interrupt(t, rng, pa.Table.from_pylist(junk, schema=_SCHEMA), clustering=index == "simple")
     return t, states
 
 

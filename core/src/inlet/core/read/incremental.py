@@ -195,16 +195,23 @@ def read_incremental(
 
 
 def read_file_groups(
-    table: TableHandle, as_of: str | None, groups: set[tuple[str, str]] | None, columns: Sequence[str] | None
+    table: TableHandle,
+    as_of: str | None,
+    groups: set[tuple[str, str]] | None,
+    columns: Sequence[str] | None,
+    partitions: set[str] | None = None,
 ) -> pa.Table:
-    """The table as of ``as_of``, restricted to ``groups`` (None: every file group), with the record
-    key and commit time beside ``columns`` (None: every column): the states change queries compare."""
+    """The table as of ``as_of``, restricted to ``groups`` (None: every file group) and to
+    ``partitions`` (None: all), with the record key and commit time beside ``columns`` (None: every
+    column): the states change queries compare."""
     wanted = (
         None if columns is None else list(dict.fromkeys([MetaField.RECORD_KEY.value, COMMIT_TIME, *columns]))
     )
     plan = plan_read(table, as_of, wanted, None, meta_columns=True)
     if groups is not None:
         plan.slices = [s for s in plan.slices if (s.partition, s.file_id) in groups]
+    if partitions is not None:
+        plan.slices = [s for s in plan.slices if s.partition in partitions]
     pieces = [p for fs in plan.slices for p in read_slice(table, plan, fs)]
     return pa.concat_tables(pieces) if pieces else plan.out_schema.empty_table()
 

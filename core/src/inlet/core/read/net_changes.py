@@ -2,8 +2,9 @@
 
 The window is the incremental query's (:mod:`inlet.core.read.incremental`): the write commits
 whose completion time is in ``(begin, end]``, compactions and clustering excluded. Both queries
-compare, for the record keys of the file groups the window's commits touched (or of every file
-group when ``begin`` precedes the active timeline), the table's state **before** the window (as of
+compare, for the record keys of the file groups the window's commits touched (of their whole
+partitions when a clustering or another replace commit moved records between file groups in the
+meantime, and of every file group when ``begin`` precedes the active timeline), the table's state **before** the window (as of
 the last write completed at or before ``begin``) with its state at the window's **end**:
 
 - **min-delta**: per key, the net effect of the window: nothing when the key's data is the same at
@@ -36,6 +37,7 @@ from inlet.core.read.snapshot import plan_read
 from inlet.core.schema import META_COLUMNS, MetaField
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
+from inlet.core.timeline.instant import Action
 
 KEY: str = MetaField.RECORD_KEY.value
 COMMIT_TIME: str = MetaField.COMMIT_TIME.value
@@ -62,19 +64,39 @@ def _ends(
         empty = read_file_groups(table, None, set(), columns)
         return window, empty, empty
     groups: set[tuple[str, str]] | None = None
+    last = max(i.time for i in window.instants)
+    start = _start_instant(timeline, window.begin)
+    partitions: set[str] | None = None
     if not window.full_scan:
         groups = set()
         for inst in window.instants:
             groups |= timeline.commit_metadata(inst).touched_file_groups()
-    last = max(i.time for i in window.instants)
-    start = _start_instant(timeline, window.begin)
+        moved = _replaced_between(timeline, start, last)
+        if moved:  # records moved between file groups: compare the partitions, not the file groups
+            partitions = {p for p, _ in groups | moved}
+            groups = None
     before = (
-        read_file_groups(table, start, groups, columns)
+        read_file_groups(table, start, groups, columns, partitions)
         if start
         else read_file_groups(table, None, set(), columns)
     )
-    after = read_file_groups(table, last, groups, columns)
+    after = read_file_groups(table, last, groups, columns, partitions)
     return window, before, after
+
+
+def _replaced_between(timeline: Timeline, start: str | None, last: str) -> set[tuple[str, str]]:
+    """The file groups of the replace commits (clustering, insert overwrite) requested after the
+    state ``start`` and up to ``last``: a key the window wrote may have lived in another file group
+    at the window's start, or live in another one at its end."""
+    out: set[tuple[str, str]] = set()
+    for inst in timeline.completed_writes():
+        if (
+            inst.action == Action.REPLACE_COMMIT
+            and (start is None or inst.time > start)
+            and inst.time <= last
+        ):
+            out |= timeline.commit_metadata(inst).touched_file_groups()
+    return out
 
 
 def _data_columns(t: pa.Table, columns: Sequence[str] | None) -> list[str]:

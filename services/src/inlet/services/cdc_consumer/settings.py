@@ -129,9 +129,11 @@ SETTINGS: tuple[Setting, ...] = (
         "transaction_end_wait_ms",
         "--transaction-end-wait-ms",
         "how long a transaction's END waits for its changes to be acknowledged before it is relayed "
-        "to each partition holding them (then relayed with the counts seen, and logged)",
+        "with the counts seen (logged). The changes are read from the table's topic, which may lag the "
+        "transaction topic by a backlog; only changes that never come (a restart in the middle of a "
+        "transaction, dead-lettered changes) should reach this limit",
         kind="int",
-        default=5000,
+        default=60000,
         metavar="MS",
     ),
     Setting(
@@ -216,7 +218,7 @@ class CdcConfig:
     max_pending: int = 200_000
     linger_ms: int = 5
     compression: str = "lz4"
-    transaction_end_wait_ms: int = 5000
+    transaction_end_wait_ms: int = 60000
     idempotence: bool = False
     shutdown_timeout_s: float = 30.0
     consumer_options: Mapping[str, str] | None = None

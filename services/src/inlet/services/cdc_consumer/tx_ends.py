@@ -11,9 +11,10 @@ once to each partition that holds some of them, carrying every partition's count
 changes were acknowledged, it follows them in that partition, and a writer knows the transaction is
 complete in its partitions once each of those partitions showed its END.
 
-An END whose changes do not all arrive within ``wait_s`` (the consumer restarted in the middle of a
-transaction and its earlier changes were already committed upstream, or transaction metadata came
-without some changes) is relayed with the counts seen so far, and logged; writers then fall back to
+The changes come from the table's topic, which can lag the small transaction topic by the whole
+backlog, so ``wait_s`` is long (a minute by default): it is for changes that never come (the consumer
+restarted in the middle of a transaction whose earlier changes were already committed upstream, or
+changes that went to the dead letters). Such an END is relayed with the counts seen so far, and logged; writers then fall back to
 their hold limit for partitions that got no END. While an END is kept, its poll batch is not
 acknowledged, so the source offsets it came from are not committed: a restart reads it again.
 """
