@@ -111,12 +111,12 @@ def test_cut_waits_for_complete_transactions():
     b.add(_change(None, 0, 0))
     b.add(_change("t1", 0, 1))
     b.add(_change("t1", 1, 0))
-    assert b.complete_prefix() == 1  # t1 open: only the change without a transaction
+    assert sum(b.complete_cut()) == 1  # t1 open: only the change without a transaction
     b.add(Entry(0, 2, 5, None, "t1", 3))  # END: 3 changes of t1 for this table, 2 seen
-    assert b.complete_prefix() == 1
+    assert sum(b.complete_cut()) == 1
     assert b.open_transactions() == ["t1"]
     b.add(_change("t1", 1, 1))
-    assert b.complete_prefix() == 5
+    assert sum(b.complete_cut()) == 5
     cut = b.cut(max_records=100, max_hold_s=60)
     assert cut is not None and cut.count == 5 and cut.reason == "all"
     b.clear()

@@ -1,8 +1,9 @@
 """One table's buffered records and where a batch may be cut.
 
-Entries are kept in arrival order (per partition that is offset order), so any prefix of the
-buffer is a prefix of every partition: a batch is a prefix, and its checkpoint is, per partition,
-the offset after its last entry there.
+Entries are kept in arrival order (per partition that is offset order). A batch takes a prefix of
+each partition's entries (not of the arrival order: the consumer fetches partitions in chunks, so a
+transaction spread over several partitions is rarely whole at any point of the arrival order), and
+its checkpoint is, per partition, the offset after its last entry there.
 
 A commit never holds part of a source transaction: a prefix may end only where every transaction
 with a change in it is complete. The CDC consumer relays a transaction's END to each partition of
@@ -46,8 +47,12 @@ class Entry:
 
 @dataclass
 class Cut:
-    count: int  # entries in the batch (a prefix)
+    taken: list[bool]  # per buffered entry: in the batch (a prefix of each partition)
     reason: str  # "all", "complete", "oversized_transaction", "hold_expired"
+
+    @property
+    def count(self) -> int:
+        return sum(self.taken)
 
 
 @dataclass
@@ -131,19 +136,23 @@ class TableBuffer:
         self.records = 0
         self.first_at = None
 
-    def drop_prefix(self, count: int) -> None:
-        """Drop the committed first ``count`` entries, carrying what they told of unfinished transactions."""
-        self.carried = self._tally(count).unfinished(self.assigned)
-        rest = self.entries[count:]
+    def taken(self, cut: Cut) -> list[Entry]:
+        return [e for e, t in zip(self.entries, cut.taken, strict=True) if t]
+
+    def drop(self, cut: Cut) -> None:
+        """Drop the committed entries, carrying what they told of unfinished transactions."""
+        self.carried = self._tally(cut.taken).unfinished(self.assigned)
+        rest = [e for e, t in zip(self.entries, cut.taken, strict=True) if not t]
         self.clear()
         for e in rest:
             self.add(e)
 
-    def _tally(self, upto: int | None = None) -> _Transactions:
-        """The carried state plus the first ``upto`` entries."""
+    def _tally(self, taken: list[bool] | None = None) -> _Transactions:
+        """The carried state plus the ``taken`` entries (None: all)."""
         txs = self.carried.copy()
-        for e in self.entries[: upto if upto is not None else len(self.entries)]:
-            txs.add(e)
+        for i, e in enumerate(self.entries):
+            if taken is None or taken[i]:
+                txs.add(e)
         return txs
 
     def age_s(self) -> float:
@@ -154,35 +163,53 @@ class TableBuffer:
             return False
         return self.records >= max_records or self.bytes >= max_bytes or self.age_s() >= interval_s
 
-    def complete_prefix(self) -> int:
-        """Length of the longest prefix in which every transaction touched is complete."""
-        txs = self.carried.copy()
-        open_txs: set[str] = set()
-        best = 0
+    def complete_cut(self) -> list[bool]:
+        """The largest prefix of each partition's entries in which every transaction touched is
+        complete: start from everything, and while some transaction is open, cut each partition
+        back to before that transaction's first change there (which may open others)."""
+        by_part: dict[int, list[int]] = {}
         for i, e in enumerate(self.entries):
-            tx = txs.add(e)
-            if tx is not None:
-                open_txs.add(tx)
-            if open_txs:
-                open_txs = {t for t in open_txs if not txs.complete(t, self.assigned)}
+            by_part.setdefault(e.partition, []).append(i)
+        limit = {p: len(ix) for p, ix in by_part.items()}
+        while True:
+            taken = [False] * len(self.entries)
+            for p, ix in by_part.items():
+                for i in ix[: limit[p]]:
+                    taken[i] = True
+            txs = self._tally(taken)
+            open_txs = {
+                e.tx_id
+                for e, t in zip(self.entries, taken, strict=True)
+                if t and e.change is not None and e.tx_id and not txs.complete(e.tx_id, self.assigned)
+            }
             if not open_txs:
-                best = i + 1
-        return best
+                return taken
+            for p, ix in by_part.items():
+                for k, i in enumerate(ix[: limit[p]]):
+                    e = self.entries[i]
+                    if e.change is not None and e.tx_id in open_txs:
+                        limit[p] = k
+                        break
 
-    def open_transactions(self, upto: int | None = None) -> list[str]:
-        txs = self._tally(upto)
-        in_buffer = {e.tx_id for e in self.entries[:upto] if e.change is not None and e.tx_id}
+    def open_transactions(self, taken: list[bool] | None = None) -> list[str]:
+        txs = self._tally(taken)
+        in_buffer = {
+            e.tx_id
+            for i, e in enumerate(self.entries)
+            if (taken is None or taken[i]) and e.change is not None and e.tx_id
+        }
         return sorted(tx for tx in in_buffer if not txs.complete(tx, self.assigned))
 
     def cut(self, max_records: int, max_hold_s: float) -> Cut | None:
         """Where to cut now that the buffer is due (None: hold the cut for now)."""
-        n = self.complete_prefix()
-        if n == len(self.entries):
-            return Cut(n, "all")
-        if n > 0 and any(e.change is not None for e in self.entries[:n]):
-            return Cut(n, "complete")
+        taken = self.complete_cut()
+        if all(taken):
+            return Cut(taken, "all")
+        if any(t and e.change is not None for e, t in zip(self.entries, taken, strict=True)):
+            return Cut(taken, "complete")
+        everything = [True] * len(self.entries)
         if self.records >= max_records:
-            return Cut(len(self.entries), "oversized_transaction")
+            return Cut(everything, "oversized_transaction")
         if self.age_s() >= max_hold_s:
-            return Cut(len(self.entries), "hold_expired")
+            return Cut(everything, "hold_expired")
         return None

@@ -371,7 +371,7 @@ class Writer:
                 "committing part of a source transaction",
                 table=st.table_id,
                 reason=cut.reason,
-                open_transactions=st.buffer.open_transactions(cut.count)[:5],
+                open_transactions=st.buffer.open_transactions(cut.taken)[:5],
             )
         self._commit_batch(st, cut)
 
@@ -414,7 +414,7 @@ class Writer:
         return {**self.config.write_options, **settings.options}
 
     def _commit_batch(self, st: TableState, cut: Cut) -> None:
-        entries = st.buffer.entries[: cut.count]
+        entries = st.buffer.taken(cut)
         changes = [e.change for e in entries if e.change is not None]
         new_positions = dict(st.positions)
         ranges: dict[int, tuple[int, int]] = {}
@@ -428,7 +428,7 @@ class Writer:
                 changes = []
         if not changes:
             st.positions = new_positions
-            st.buffer.drop_prefix(cut.count)
+            st.buffer.drop(cut)
             return
         started = time.monotonic()
         checkpoint_positions = {p: o for p, o in new_positions.items() if p in st.assigned or p in ranges}
@@ -490,7 +490,7 @@ class Writer:
             instant = None
         elapsed = time.monotonic() - started
         st.positions = new_positions
-        st.buffer.drop_prefix(cut.count)
+        st.buffer.drop(cut)
         st.failures = 0
         st.error = None
         st.last_commit = instant
