@@ -194,17 +194,21 @@ class RunningStack:
 
 
 def _supervised(persistent_kafka: bool) -> Iterator[RunningStack]:
-    root = Path(tempfile.mkdtemp(prefix="inlet-e2e-"))
+    yield from supervised(Path(tempfile.mkdtemp(prefix="inlet-e2e-")), persistent_kafka=persistent_kafka)
+
+
+def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
+    """A stack in ``root`` run by the supervisor in a thread; checks at the end that nothing is left."""
     # without catalog sync and its metastore: nothing here reads the catalog (test_stack_cli runs them)
-    config = StackConfig(
-        dir=str(root),
-        database=DATABASE,
-        batch_interval_ms=500,
-        persistent_kafka=persistent_kafka,
-        catalog=False,
+    values: dict[str, Any] = {
+        "database": DATABASE,
+        "batch_interval_ms": 500,
+        "catalog": False,
         # these tests decide when logs are compacted (the writer's inline compaction, compact_now)
-        table_services=False,
-    )
+        "table_services": False,
+        **config_values,
+    }
+    config = StackConfig(dir=str(root), **values)
     config.save()
     running = RunningStack(config)
     try:

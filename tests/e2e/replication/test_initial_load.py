@@ -12,11 +12,7 @@ table without a primary key is dead-lettered by the CDC consumer, as it always w
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
 import tempfile
 from collections.abc import Iterator
 from decimal import Decimal
@@ -29,18 +25,17 @@ from conftest import (
     DATABASE,
     RunningStack,
     Workload,
-    _alive,
     _norm,
     compare_inlet,
     diff,
     inlet_read,
-    processes_mentioning,
     rows_by_key,
+    supervised,
     wait_for,
 )
 
 from inlet.services.stack.postgres import EmbeddedPostgres
-from inlet.services.stack.supervisor import PORTS_FILE, Ports, StackConfig
+from inlet.services.stack.supervisor import PORTS_FILE, Ports
 
 pytestmark = pytest.mark.slow
 
@@ -150,30 +145,7 @@ def _prepare(root: Path) -> None:
 def loaded_stack() -> Iterator[RunningStack]:
     root = Path(tempfile.mkdtemp(prefix="inlet-e2e-load-"))
     _prepare(root)
-    config = StackConfig(
-        dir=str(root),
-        database=DATABASE,
-        batch_interval_ms=500,
-        persistent_kafka=False,
-        catalog=False,
-        table_services=False,
-        initial_load="copy",
-    )
-    config.save()
-    running = RunningStack(config)
-    try:
-        running.start()
-        yield running
-    finally:
-        pids = [c.pid for c in running.stack.components if c.pid is not None]
-        running.stop()
-        left = [p for p in pids if _alive(p)] + processes_mentioning(str(root))
-        for pid in left:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        assert not left, f"processes of the stack left running: {left}"
-        if not os.environ.get("INLET_E2E_KEEP"):
-            shutil.rmtree(root, ignore_errors=True)
+    yield from supervised(root, persistent_kafka=False, initial_load="copy")
 
 
 def test_copy_loaded_tables_equal_postgres_and_what_streaming_stores(loaded_stack: RunningStack) -> None:

@@ -67,19 +67,35 @@ def part_end(tx: str, counts: dict[int, int], partition: int, offset: int) -> En
     return Entry(partition, offset, 5, None, tx, sum(counts.values()), dict(counts))
 
 
-def test_per_partition_ends_complete_a_transaction_once_each_owned_partition_showed_its_end() -> None:
+def test_a_transaction_is_taken_once_each_owned_partition_holds_the_changes_its_end_counts() -> None:
     b = TableBuffer(assigned={0, 1})
     b.add(change("t", 0, 0))
     b.add(change("t", 0, 1))
-    b.add(part_end("t", {0: 2, 1: 1}, 0, 2))  # partition 0 done, partition 1's change still to come
+    b.add(part_end("t", {0: 2, 1: 1}, 0, 2))  # partition 0 complete, partition 1's change still to come
     b.add(change(None, 0, 3))
     assert sum(b.complete_cut()) == 0 and b.open_transactions() == ["t"]
     assert b.cut(max_records=100, max_hold_s=60) is None
-    b.add(change("t", 1, 0))
-    assert sum(b.complete_cut()) == 0  # partition 1's END not seen yet
-    b.add(part_end("t", {0: 2, 1: 1}, 1, 1))
+    b.add(change("u", 1, 0))  # u's END not here yet: u stays out, t's change in partition 1 follows it
+    b.add(change("t", 1, 1))
+    assert sum(b.complete_cut()) == 0  # t needs partition 1's prefix up to its change, which holds u
+    b.add(part_end("u", {1: 1}, 1, 2))
     cut = b.cut(max_records=100, max_hold_s=60)
-    assert cut is not None and cut.count == 6 and cut.reason == "all"
+    assert cut is not None and cut.count == 7 and cut.reason == "all"
+
+
+def test_an_end_after_later_changes_still_lets_the_earlier_transaction_go() -> None:
+    # partition 0: t's change, then u's change, then t's END (relayed once t was acknowledged)
+    b = TableBuffer(assigned={0})
+    b.add(change("t", 0, 0))
+    b.add(change("u", 0, 1))
+    b.add(part_end("t", {0: 1}, 0, 2))
+    cut = b.cut(max_records=100, max_hold_s=60)
+    assert cut is not None and cut.reason == "complete"
+    assert [(e.offset, e.tx_id) for e in b.taken(cut)] == [(0, "t")]
+    b.drop(cut)
+    b.add(part_end("u", {0: 1}, 0, 3))
+    cut = b.cut(max_records=100, max_hold_s=60)
+    assert cut is not None and cut.reason == "all" and cut.count == 3
 
 
 def test_a_worker_waits_only_for_the_ends_of_its_own_partitions() -> None:
@@ -96,17 +112,17 @@ def test_a_worker_waits_only_for_the_ends_of_its_own_partitions() -> None:
     assert cut is not None and cut.count == 2 and cut.reason == "all"
 
 
-def test_a_forced_cut_inside_a_per_partition_transaction_carries_its_end() -> None:
+def test_a_forced_cut_inside_a_per_partition_transaction_carries_its_changes() -> None:
     b = TableBuffer(assigned={0, 1})
     b.add(change("t", 0, 0))
-    b.add(part_end("t", {0: 1, 1: 1}, 0, 1))
-    b.add(change("t", 1, 0))
+    b.add(change("t", 0, 1))
     cut = b.cut(max_records=2, max_hold_s=60)
     assert cut is not None and cut.reason == "oversized_transaction"
     b.drop(cut)
-    assert b.carried.got == {"t": {0}}
-    b.add(part_end("t", {0: 1, 1: 1}, 1, 1))
-    b.add(change(None, 1, 2))
+    assert b.carried.seen_parts == {"t": {0: 2}}
+    b.add(change("t", 1, 0))
+    assert b.cut(max_records=100, max_hold_s=60) is None  # no END yet
+    b.add(part_end("t", {0: 2, 1: 1}, 1, 1))
     cut = b.cut(max_records=100, max_hold_s=60)
     assert cut is not None and cut.count == 2 and cut.reason == "all"
 

@@ -5,23 +5,24 @@ each partition's entries (not of the arrival order: the consumer fetches partiti
 transaction spread over several partitions is rarely whole at any point of the arrival order), and
 its checkpoint is, per partition, the offset after its last entry there.
 
-A commit never holds part of a source transaction: a prefix may end only where every transaction
-with a change in it is complete. The CDC consumer relays a transaction's END to each partition of
-the table's topic that holds some of its changes, after them, with every partition's count
-(``partition_event_counts``): a transaction is complete once each of *this worker's* partitions
-named there has shown its END (the changes precede it in that partition). An END without counts (a
-consumer from before per-partition ENDs, sent to every partition, possibly ahead of the changes)
-completes the transaction once ``table_event_count`` of its changes have been seen. Two exceptions,
-both logged: a transaction larger than a batch (the buffer reached ``max_records`` with no complete
-cut) and a hold longer than ``max_hold_s`` (an END that never comes, e.g. relayed late without
-counts after a consumer restart).
+A commit never holds part of a source transaction. The CDC consumer relays a transaction's END
+to each partition of the table's topic that holds some of its changes, after them, with every
+partition's count (``partition_event_counts``): a batch may take a transaction once, in each of
+*this worker's* partitions named there, its prefix holds that many of its changes. The END copies
+themselves need not be in the batch (an END follows its changes after some changes of later
+transactions, so a prefix ending at an END would always hold part of a later transaction); any
+END in the buffer counts. An END without counts (a consumer from before per-partition ENDs, sent to
+every partition, possibly ahead of the changes) completes the transaction once ``table_event_count``
+of its changes are in the batch. A batch is the largest prefix of each partition in which every
+transaction is complete. Two exceptions, both logged: a transaction larger than a batch (the buffer
+reached ``max_records`` with no complete cut) and a hold longer than ``max_hold_s`` (an END that
+never comes).
 
-A committed prefix can end inside a transaction (after a forced cut), or between an END without
-counts and the changes it counts; what the prefix knew of the transactions it left unfinished (the
-ENDs, the changes already taken) is carried into the rest of the buffer, so those transactions
-complete once the rest arrives instead of waiting for the hold to expire. Only committed prefixes
-are carried (a re-read from the checkpoint never counts a record twice); at most ``MAX_CARRIED``
-transactions are remembered.
+A forced cut can end inside a transaction; what the batch took of the transactions it left
+unfinished (their changes per partition, their ENDs) is carried into the rest of the buffer, so
+they complete once the rest arrives instead of waiting for the hold to expire. Only committed
+batches are carried (a re-read from the checkpoint never counts a record twice); at most
+``MAX_CARRIED`` transactions are remembered.
 """
 
 from __future__ import annotations
@@ -57,57 +58,56 @@ class Cut:
 
 @dataclass
 class _Transactions:
-    """What is known of transactions: changes seen, table-wide END counts, per-partition ENDs."""
+    """What is known of transactions: their changes (in all, and per partition) and their ENDs."""
 
     seen: dict[str, int] = field(default_factory=dict)
+    seen_parts: dict[str, dict[int, int]] = field(default_factory=dict)
     ended: dict[str, int] = field(default_factory=dict)  # table-wide END: table_event_count
     parts: dict[str, dict[int, int]] = field(default_factory=dict)  # per-partition END: the counts
-    got: dict[str, set[int]] = field(default_factory=dict)  # partitions whose END copy arrived
 
     def copy(self) -> _Transactions:
         return _Transactions(
             dict(self.seen),
+            {t: dict(c) for t, c in self.seen_parts.items()},
             dict(self.ended),
-            {t: dict(c) for t, c in self.parts.items()},
-            {t: set(g) for t, g in self.got.items()},
+            dict(self.parts),
         )
 
-    def add(self, e: Entry) -> str | None:
-        """Count ``e``; the transaction of a change (None for anything else)."""
+    def add_change(self, e: Entry) -> None:
         tx = e.tx_id
-        if not tx:
-            return None
-        if e.change is not None:
+        if tx and e.change is not None:
             self.seen[tx] = self.seen.get(tx, 0) + 1
-            return tx
-        if e.tx_parts:
-            self.parts[tx] = e.tx_parts
-            self.got.setdefault(tx, set()).add(e.partition)
-        else:
-            self.ended[tx] = e.tx_count
-        return None
+            by_part = self.seen_parts.setdefault(tx, {})
+            by_part[e.partition] = by_part.get(e.partition, 0) + 1
+
+    def add_end(self, e: Entry) -> None:
+        tx = e.tx_id
+        if tx and e.change is None:
+            if e.tx_parts:
+                self.parts[tx] = e.tx_parts
+            else:
+                self.ended[tx] = e.tx_count
 
     def complete(self, tx: str, assigned: set[int] | None) -> bool:
+        """All the transaction's changes (in this worker's partitions) are among those counted."""
         if tx in self.ended and self.seen.get(tx, 0) >= self.ended[tx]:
             return True
         counts = self.parts.get(tx)
         if counts is None:
             return False
-        got = self.got.get(tx, set())
-        return all(p in got for p in counts if assigned is None or p in assigned)
+        seen = self.seen_parts.get(tx, {})
+        return all(seen.get(p, 0) >= n for p, n in counts.items() if assigned is None or p in assigned)
 
     def unfinished(self, assigned: set[int] | None) -> _Transactions:
-        """Only the transactions not complete (what a committed prefix carries)."""
-        keep = [
-            tx
-            for tx in dict.fromkeys([*self.seen, *self.ended, *self.parts])
-            if not self.complete(tx, assigned)
-        ][-MAX_CARRIED:]
+        """Only the transactions not complete (what a batch carries): changes counted, or an END
+        whose changes are still to come."""
+        known = dict.fromkeys([*self.seen, *self.ended, *self.parts])
+        keep = [tx for tx in known if not self.complete(tx, assigned)][-MAX_CARRIED:]
         return _Transactions(
             {t: self.seen[t] for t in keep if t in self.seen},
+            {t: self.seen_parts[t] for t in keep if t in self.seen_parts},
             {t: self.ended[t] for t in keep if t in self.ended},
             {t: self.parts[t] for t in keep if t in self.parts},
-            {t: self.got[t] for t in keep if t in self.got},
         )
 
 
@@ -140,7 +140,8 @@ class TableBuffer:
         return [e for e, t in zip(self.entries, cut.taken, strict=True) if t]
 
     def drop(self, cut: Cut) -> None:
-        """Drop the committed entries, carrying what they told of unfinished transactions."""
+        """Drop the committed entries, carrying what they told of unfinished transactions (the
+        ENDs left in the buffer are read again with the rest)."""
         self.carried = self._tally(cut.taken).unfinished(self.assigned)
         rest = [e for e, t in zip(self.entries, cut.taken, strict=True) if not t]
         self.clear()
@@ -148,11 +149,14 @@ class TableBuffer:
             self.add(e)
 
     def _tally(self, taken: list[bool] | None = None) -> _Transactions:
-        """The carried state plus the ``taken`` entries (None: all)."""
+        """The carried state, the ``taken`` changes (None: all) and every END in the buffer: an END
+        tells which changes a transaction has, wherever it is; the changes must be taken."""
         txs = self.carried.copy()
         for i, e in enumerate(self.entries):
-            if taken is None or taken[i]:
-                txs.add(e)
+            if e.change is None:
+                txs.add_end(e)
+            elif taken is None or taken[i]:
+                txs.add_change(e)
         return txs
 
     def age_s(self) -> float:
