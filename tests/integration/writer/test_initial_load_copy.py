@@ -106,6 +106,8 @@ def test_a_slot_that_exists_is_a_clear_error(
         initial_load.LoadError, match=f"cannot create replication slot {slot}.*already exists"
     ):
         _load(pg_url, coordinator, lake, slot)
+    with pytest.raises(initial_load.LoadError, match="replication slot name 'Bad-Slot'"):
+        _load(pg_url, coordinator, lake, "Bad-Slot")
     assert not any(lake.rglob("hoodie.properties"))  # nothing written
 
 

@@ -112,6 +112,8 @@ def parse_lsn(text: str) -> int:
 @contextmanager
 def exported_snapshot(conninfo: str, slot: str, publication: str) -> Iterator[ExportedSnapshot]:
     """Create ``slot`` (pgoutput) exporting its snapshot; the snapshot lives until the block ends."""
+    if not re.fullmatch(r"[a-z0-9_]{1,63}", slot):
+        raise LoadError(f"replication slot name {slot!r}: use 1-63 lower-case letters, digits and '_'")
     with psycopg.connect(conninfo, autocommit=True) as conn:
         found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
         if found is None:
