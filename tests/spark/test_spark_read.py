@@ -433,7 +433,7 @@ def test_incremental_latest_state_equals_hudi_rs_on_every_window(
 
 def test_incremental_net_change_formats_through_spark(hudi_spark: SparkSession, table: HudiTable) -> None:
     """min_delta and append_only after the first commit, derived from _build by hand: 0, 1, 2 and 5
-    updated, 20, 21 and 22 inserted, 3 and 4 deleted."""
+    updated, 20, 21 and 22 inserted, 3 and 4 deleted; append_only from the start: every insert."""
     first = table.timeline.completed_writes()[0]
     begin = first.completion_time or first.time
     fmt = "hoodie.datasource.query.incremental.format"
@@ -447,6 +447,16 @@ def test_incremental_net_change_formats_through_spark(hudi_spark: SparkSession, 
     )
     assert appended.columns == ["id", "fare"]
     assert sorted(r["id"] for r in spark_rows(appended)) == [20, 21, 22]
+    # from the start: every row ever inserted, as inserted (3 and 4 deleted, 0, 1, 2, 5 updated since)
+    everything = _incremental(
+        hudi_spark, table.base_path, "000", **{fmt: "append_only", "inlet.read.columns": "id,fare"}
+    )
+    assert sorted((r["id"], r["fare"]) for r in spark_rows(everything)) == [
+        *((i, 10.0 + i) for i in range(12)),
+        (20, 120.0),
+        (21, 121.0),
+        (22, 1022.0),
+    ]
     # Hudi's CDC rows: every change of every commit (id 1, updated twice, counts twice)
     cdc = _incremental(hudi_spark, table.base_path, begin, **{fmt: "cdc"})
     assert cdc.columns == ["op", "ts_ms", "before", "after"]

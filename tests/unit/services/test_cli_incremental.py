@@ -73,6 +73,8 @@ def test_min_delta_and_append_only_from_the_cli(tmp_path: Path) -> None:
         "2": ("u", {"id": 2, "v": 20}, {"id": 2, "v": 21}),
         "3": ("i", None, {"id": 3, "v": 30}),
     }
+    # append-only: the rows inserted, as inserted (Snowflake's APPEND_ONLY), later updates aside
+    t.write(pa.table({"id": [3], "ts": [3], "v": [31]}), "upsert")
     appended = run("read", path, "--query-type", "append_only", "--begin", start, "--no-meta")
     assert [(r["id"], r["v"]) for r in map(json.loads, appended.stdout.splitlines())] == [(3, 30)]
     no_begin = run("read", path, "--query-type", "min_delta")

@@ -228,7 +228,7 @@ def changes_of(
     meta_columns: bool = True,
 ) -> Changes:
     """What the instant of a ``CommitEvent`` changed in its table: the records it wrote
-    (``latest_state``), or its net change per key (``min_delta``) or its inserts (``append_only``).
+    (``latest_state``), or its net change per key (``min_delta``) or the records it inserted (``append_only``).
     Nothing for instants that change no records (a rollback, a compaction, a clean)."""
     if not event.base_path or not event.instant.instant_time:
         raise InvalidInputError(f"commit event {event.event_id!r} names no table path or instant")

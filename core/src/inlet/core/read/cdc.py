@@ -81,18 +81,24 @@ def _state(
     return {r[KEY]: r for r in read_file_groups(table, as_of, groups, columns).to_pylist()}
 
 
-def _previous_write(timeline: Timeline, inst: Instant) -> str | None:
+def previous_write(timeline: Timeline, inst: Instant) -> str | None:
+    """The write before ``inst`` (by requested time): the state a commit's changes start from."""
     return max((i.time for i in timeline.completed_writes() if i.time < inst.time), default=None)
 
 
-def _refuse_archived(table: TableHandle, begin: str) -> None:
-    """Hudi's CDC reader takes active instants only: a window reaching archived writes is refused."""
-    archived = ArchivedTimeline.load(
+def archived_timeline(table: TableHandle) -> ArchivedTimeline:
+    """The table's archived instants."""
+    return ArchivedTimeline.load(
         table.storage,
         table.meta.layout_version,
         table.meta.timeline_path,
         TableConfig.TIMELINE_HISTORY_PATH.require(table.meta.props),
     )
+
+
+def _refuse_archived(table: TableHandle, begin: str) -> None:
+    """Hudi's CDC reader takes active instants only: a window reaching archived writes is refused."""
+    archived = archived_timeline(table)
     late = [
         i
         for i in archived.instants
@@ -173,7 +179,7 @@ def read_cdc(
         md = timeline.commit_metadata(inst)
         logged = {(s.partition_path, s.file_id): s for s in md.write_stats() if s.cdc_stats}
         inferred = md.touched_file_groups() - set(logged)
-        before = _state(table, _previous_write(timeline, inst), inferred, columns)
+        before = _state(table, previous_write(timeline, inst), inferred, columns)
         after = _state(table, inst.time, inferred, columns)
         changes: list[tuple[str, str, dict[str, Any] | None, dict[str, Any] | None]] = []
         for key in sorted(before.keys() | after.keys()):
@@ -188,7 +194,7 @@ def read_cdc(
         if logged:
             # AS_IS: the CDC log files; OP_KEY_ONLY reads both states, DATA_BEFORE the after state
             groups = set(logged)
-            prev = _previous_write(timeline, inst) if mode is CdcLoggingMode.OP_KEY_ONLY else None
+            prev = previous_write(timeline, inst) if mode is CdcLoggingMode.OP_KEY_ONLY else None
             logged_before = _state(table, prev, groups, columns)
             logged_after = _state(
                 table, inst.time if mode is not CdcLoggingMode.DATA_BEFORE_AFTER else None, groups, columns

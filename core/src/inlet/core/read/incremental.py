@@ -200,14 +200,19 @@ def read_file_groups(
     groups: set[tuple[str, str]] | None,
     columns: Sequence[str] | None,
     partitions: set[str] | None = None,
+    missing_ok: bool = False,
 ) -> pa.Table:
     """The table as of ``as_of``, restricted to ``groups`` (None: every file group) and to
     ``partitions`` (None: all), with the record key and commit time beside ``columns`` (None: every
-    column): the states change queries compare."""
+    column): the states change queries compare. ``missing_ok``: columns the table did not have yet
+    as of ``as_of`` are left out instead of refused."""
     wanted = (
         None if columns is None else list(dict.fromkeys([MetaField.RECORD_KEY.value, COMMIT_TIME, *columns]))
     )
-    plan = plan_read(table, as_of, wanted, None, meta_columns=True)
+    plan = plan_read(table, as_of, None if missing_ok else wanted, None, meta_columns=True)
+    if missing_ok and wanted is not None:
+        known = pa.schema([plan.queryable.field(c) for c in wanted if c in plan.queryable.names])
+        plan.out_schema = plan.read_schema = known
     if groups is not None:
         plan.slices = [s for s in plan.slices if (s.partition, s.file_id) in groups]
     if partitions is not None:

@@ -1,24 +1,34 @@
 """Net change queries over a window of commits, the two change streams Apache Hudi lacks.
 
 The window is the incremental query's (:mod:`inlet.core.read.incremental`): the write commits
-whose completion time is in ``(begin, end]``, compactions and clustering excluded. Both queries
-compare, for the record keys of the file groups the window's commits touched (of their whole
-partitions when a clustering or another replace commit moved records between file groups in the
-meantime, and of every file group when ``begin`` precedes the active timeline), the table's state **before** the window (as of
-the last write completed at or before ``begin``) with its state at the window's **end**:
+whose completion time is in ``(begin, end]``, compactions and clustering excluded.
 
 - **min-delta**: per key, the net effect of the window: nothing when the key's data is the same at
   both ends (an update chain that came back, or an insert deleted again inside the window), else
   one ``i`` (insert: absent before), one ``d`` (delete: absent at the end) or one ``u`` (update)
   row, with the ``before`` image at the window's start and the ``after`` image at its end (data
   columns, as structs). ``commit_time`` is the ``_hoodie_commit_time`` of the after image (null for
-  deletes: the deleting commit leaves no record).
-- **append-only**: the records inserted by the window (absent before it, present at its end), as
-  plain rows with their meta columns, for consumers that treat a table as an event log.
-
-The "before" state is read as of the last write *requested* at or before the window's start, which
-is the state of the commits completed by then unless a write requested earlier completed inside
-the window (concurrent writers): such a write's records count as changed by the window.
+  deletes: the deleting commit leaves no record). It compares, for the record keys of the file
+  groups the window's commits touched (of their whole partitions when a clustering or another
+  replace commit moved records between file groups in the meantime, and of every file group when
+  ``begin`` precedes the active timeline), the table's state **before** the window (as of the last
+  write completed at or before ``begin``) with its state at the window's **end**. The "before"
+  state is read as of the last write *requested* at or before the window's start, which is the
+  state of the commits completed by then unless a write requested earlier completed inside the
+  window (concurrent writers): such a write's records count as changed by the window.
+- **append-only**: every record the window inserted, with the values it was inserted with
+  (Snowflake's ``APPEND_ONLY`` streams), as plain rows with their meta columns, for consumers that
+  treat a table as an event log. Each commit's inserts are found as the CDC query
+  (:mod:`inlet.core.read.cdc`) infers them: the keys the commit wrote (``_hoodie_commit_time`` is
+  the commit) that were absent from the file groups it touched as of the write before it; each is
+  returned as that commit left it. What later commits of the window do to an inserted record does
+  not matter: 10 records inserted and 5 of them updated or deleted afterwards give the 10 records
+  as inserted. A key deleted and inserted again gives one row per insertion (as Snowflake counts
+  each insert, whether or not the key existed at the window's start); a key that is only updated
+  gives none. Rows come by commit (completion order), then record key. A window that begins before
+  the active timeline counts the inserts of its commits still on the active timeline, as the
+  latest-state query returns their rows only (the first of them is compared with the state as of
+  the last archived write).
 """
 
 from __future__ import annotations
@@ -30,14 +40,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inlet.core.errors import InvalidInputError, UnsupportedError
-from inlet.core.read.cdc import CDC_SCHEMA
+from inlet.core.read.cdc import CDC_SCHEMA, archived_timeline, previous_write
 from inlet.core.read.incremental import ChangeWindow, change_window, read_file_groups
 from inlet.core.read.options import ChangeFormat
 from inlet.core.read.snapshot import plan_read
 from inlet.core.schema import META_COLUMNS, MetaField
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
-from inlet.core.timeline.instant import Action
+from inlet.core.timeline.instant import Action, Instant
 
 KEY: str = MetaField.RECORD_KEY.value
 COMMIT_TIME: str = MetaField.COMMIT_TIME.value
@@ -160,12 +170,58 @@ def read_append_only(
     columns: Sequence[str] | None = None,
     meta_columns: bool = True,
 ) -> tuple[ChangeWindow, pa.Table]:
-    """The records the window inserted (absent before it, present at its end), with their meta
-    columns (unless ``meta_columns`` is false), or ``columns``."""
-    window, before, after = _ends(table, begin, end, columns)
-    existed = pa.array(before.column(KEY).to_pylist() if before.num_rows else [], pa.string())
-    fresh = after.filter(pc.invert(pc.is_in(after.column(KEY), value_set=existed)))
-    return window, fresh.select(_append_only_columns(fresh.column_names, columns, meta_columns))
+    """Every record the window's commits inserted, as the inserting commit wrote it (later updates
+    and deletes in the window notwithstanding), with its meta columns (unless ``meta_columns`` is
+    false), or ``columns``; by commit, then record key."""
+    if not table.meta.populate_meta_fields:
+        raise UnsupportedError(
+            "change queries need the _hoodie_* meta fields (this table has hoodie.populate.meta.fields=false)"
+        )
+    timeline = table.load_timeline()
+    window = change_window(timeline, begin, end)
+    schema = read_file_groups(table, None, set(), columns).schema
+    pieces = []
+    for inst in window.instants:
+        prev = previous_write(timeline, inst)
+        if prev is None:  # the first active write: the one before it may have been archived
+            prev = max(
+                (
+                    i.time
+                    for i in archived_timeline(table).instants
+                    if i.action in Action.WRITE_ACTIONS and i.time < inst.time
+                ),
+                default=None,
+            )
+        pieces.append(_conform(_inserted_by(table, timeline, inst, prev, columns), schema))
+    rows = pa.concat_tables(pieces) if pieces else schema.empty_table()
+    return window, rows.select(_append_only_columns(schema.names, columns, meta_columns))
+
+
+def _inserted_by(
+    table: TableHandle, timeline: Timeline, inst: Instant, prev: str | None, columns: Sequence[str] | None
+) -> pa.Table:
+    """The records commit ``inst`` inserted, as of ``inst``: written by it and absent from the file
+    groups it touched as of ``prev``, the write before it (the CDC query's ``i`` rows, see
+    :mod:`inlet.core.read.cdc`), by record key."""
+    groups = timeline.commit_metadata(inst).touched_file_groups()
+    after = read_file_groups(table, inst.time, groups, columns, missing_ok=True)
+    written = pc.equal(after.column(COMMIT_TIME).cast(pa.string()), inst.time)
+    if prev is not None and after.num_rows:
+        before = read_file_groups(table, prev, groups, [], missing_ok=True)  # the keys
+        existed = before.column(KEY).cast(pa.string()).combine_chunks()
+        written = pc.and_(written, pc.invert(pc.is_in(after.column(KEY), value_set=existed)))
+    return after.filter(written).sort_by(KEY)
+
+
+def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``t`` with ``schema``'s columns (a commit's state may predate a column: nulls)."""
+    return pa.Table.from_arrays(
+        [
+            t.column(f.name).cast(f.type) if f.name in t.column_names else pa.nulls(t.num_rows, f.type)
+            for f in schema
+        ],
+        schema=schema,
+    )
 
 
 def _append_only_columns(

@@ -363,8 +363,8 @@ class HudiTable(TableHandle):
         ``begin``. ``instant`` instead of ``begin``/``end``: what that one completed instant changed
         (the instant of a commit event). ``format``: ``latest_state`` (Hudi's incremental query: the
         records they wrote, as of the window's end, see :mod:`inlet.core.read.incremental`), ``cdc``
-        (Hudi's CDC rows: every change of every commit, see :mod:`inlet.core.read.cdc`), ``min_delta`` (per key the net change, with before and after images) or ``append_only`` (the
-        records they inserted), see :mod:`inlet.core.read.net_changes`; all but ``latest_state`` take
+        (Hudi's CDC rows: every change of every commit, see :mod:`inlet.core.read.cdc`), ``min_delta`` (per key the net change, with before and after images) or ``append_only`` (every
+        record they inserted, as inserted, even if updated or deleted later in the window), see :mod:`inlet.core.read.net_changes`; all but ``latest_state`` take
         no ``filters``."""
         if (instant is None) == (begin is None) or (instant is not None and end is not None):
             raise InvalidInputError("a change query takes begin (and end), or one instant")

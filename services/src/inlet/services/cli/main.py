@@ -175,7 +175,8 @@ def _add_read(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         "(default snapshot; the same for Copy-on-Write tables); incremental: the latest state of the "
         "records written by the commits completed in (--begin, --end]; cdc: every change of each of "
         "those commits (Hudi's op, ts_ms, before, after); min_delta: per key the net change of that "
-        "window (op i/u/d, before and after images); append_only: the records it inserted",
+        "window (op i/u/d, before and after images); append_only: every record it inserted, with the "
+        "values it was inserted with (updated or deleted later or not)",
     )
     p.add_argument(
         "--begin",
