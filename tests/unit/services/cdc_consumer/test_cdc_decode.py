@@ -23,6 +23,7 @@ import pytest
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer import DecodeError, Decoder, PostgresCatalog, row_record_key
+from inlet.services.cdc_consumer.catalog import CatalogColumn
 
 DATA = Path(__file__).resolve().parents[4].parent / "shared" / "testdata" / "debezium"
 UNCHANGED = object()
@@ -370,6 +371,115 @@ def test_schemaless_json_without_catalog_is_refused() -> None:
     rec = load("real_schemas_false.jsonl")[0]
     with pytest.raises(DecodeError, match="without schema and no source catalog"):
         Decoder().decode(rec["topic"], 0, 0, as_bytes(rec["key"]), as_bytes(rec["value"]))
+
+
+# ------------------------------------------------------------------------------ JSON: payload only
+
+
+class CaptureCatalog:
+    """The capture's tables as :class:`PostgresCatalog` reads them after ``CAPTURE_DDL`` (no server)."""
+
+    TABLES: dict[str, list[CatalogColumn]] = {
+        "customers": [
+            CatalogColumn("id", "int4", -1, True),
+            CatalogColumn("name", "text", -1, True),
+            CatalogColumn("balance", "numeric", (10 << 16 | 2) + 4, False),
+            CatalogColumn("score", "numeric", -1, False),
+            CatalogColumn("born", "date", -1, False),
+            CatalogColumn("created_at", "timestamp", 6, False),
+            CatalogColumn("updated_at", "timestamptz", -1, False),
+            CatalogColumn("doc", "jsonb", -1, False),
+            CatalogColumn("uid", "uuid", -1, False),
+            CatalogColumn("tags", "_text", -1, False, element_type="text"),
+            CatalogColumn("photo", "bytea", -1, False),
+            CatalogColumn("bio", "text", -1, False),
+        ],
+        "orders": [
+            CatalogColumn("order_id", "int8", -1, True),
+            CatalogColumn("customer_id", "int4", -1, False),
+            CatalogColumn("amount", "numeric", (12 << 16 | 3) + 4, False),
+            CatalogColumn("note", "varchar", 24, False),
+            CatalogColumn("status", "text", -1, False),
+        ],
+        "events_nopk": [CatalogColumn("ev", "text", -1, False), CatalogColumn("n", "int4", -1, False)],
+    }
+
+    def columns(self, schema: str, table: str, refresh: bool = False) -> dict[str, CatalogColumn]:
+        if schema != "public" or table not in self.TABLES:
+            raise DecodeError(f"source catalog has no table {schema}.{table}")
+        return {c.name: c for c in self.TABLES[table]}
+
+
+def payload_only(doc: Any) -> Any:
+    """How several tools store a Debezium record: ``{"payload": ...}``, the schema dropped."""
+    return None if doc is None else {"payload": bare(doc)}
+
+
+def bare(doc: Any) -> Any:
+    """The record as JsonConverter writes it with ``schemas.enable=false``."""
+    return doc["payload"] if doc.__class__ is dict and set(doc) == {"schema", "payload"} else doc
+
+
+def decode_as(name: str, form: Callable[[Any], Any]) -> list[tuple[dict[str, Any], Outcome]]:
+    """``name``'s records with key and value in ``form``, decoded with the catalog."""
+    decoder = Decoder(catalog=CaptureCatalog(), keyless="whole_row")
+    out: list[tuple[dict[str, Any], Outcome]] = []
+    for offset, rec in enumerate(load(name)):
+        try:
+            res: Outcome = decoder.decode(
+                rec["topic"], 0, offset, as_bytes(form(rec["key"])), as_bytes(form(rec["value"]))
+            )
+        except DecodeError as e:
+            res = e
+        out.append((rec, res))
+    return out
+
+
+@pytest.mark.parametrize("name", ["real_schemas_false.jsonl", "real_schemas_true.jsonl"])
+def test_payload_only_json_decodes_as_json_without_schemas(name: str) -> None:
+    """{"payload": envelope} (the schemaless capture wrapped, or the enveloped one with its schemas
+    dropped) decodes exactly as the bare schemaless envelope: every record, with Debezium's logical
+    types (MicroTimestamp created_at, ZonedTimestamp, Date, Decimal, VariableScaleDecimal) typed by
+    the catalog."""
+    got = decode_as(name, payload_only)
+    check_capture(got)
+    assert [res for _, res in got] == [res for _, res in decode_as(name, bare)]
+    anne = find(changes(got), "customers", pb.OPERATION_READ, lambda e: e.record_key == "1")[0]
+    created = next(c for c in anne.schema.columns if c.name == "created_at")
+    assert created.type == pb.COLUMN_TYPE_TIMESTAMP_MICROS
+    after = row(anne, "after")
+    assert after is not None and after["created_at"] == CREATED_AT
+
+
+def test_payload_only_json_needs_the_catalog_as_bare_json_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rec = load("real_schemas_false.jsonl")[0]
+    wrapped = as_bytes(payload_only(rec["value"]))
+    with pytest.raises(DecodeError, match="without schema and no source catalog"):
+        Decoder().decode(rec["topic"], 0, 0, as_bytes(payload_only(rec["key"])), wrapped)
+    # inlet cdc decode: the same lines for the bare and the payload-only record
+    import inlet.services.cdc_consumer as cdc_consumer
+    from inlet.services.cli.main import main
+
+    monkeypatch.setattr(cdc_consumer, "PostgresCatalog", lambda url: _Closable(CaptureCatalog()))
+    printed = []
+    for key, value in ((rec["key"], rec["value"]), (payload_only(rec["key"]), payload_only(rec["value"]))):
+        (tmp_path / "k.json").write_bytes(as_bytes(key) or b"")
+        (tmp_path / "v.json").write_bytes(as_bytes(value) or b"")
+        args = ["--key", str(tmp_path / "k.json"), "--value", str(tmp_path / "v.json")]
+        assert main(["cdc", "decode", *args, "--database-url", "postgresql://unused"]) == 0
+        printed.append(json.loads(capsys.readouterr().out))
+    assert printed[0] == printed[1]
+    assert printed[1]["after"]["created_at"] == "2018-06-20T15:13:16.945104"
+
+
+class _Closable:
+    def __init__(self, catalog: CaptureCatalog) -> None:
+        self.columns = catalog.columns
+
+    def close(self) -> None:
+        pass
 
 
 # ------------------------------------------------------------------------------ Avro

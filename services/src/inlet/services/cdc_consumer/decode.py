@@ -18,6 +18,11 @@ Transaction ids (``TransactionRef.id``, ``TransactionEvent.id``) are the txId pa
 ``"<txId>:<lsn>"``: Debezium 3.x's PostgreSQL connector puts each event's own LSN after the colon,
 so only the txId is the same across a transaction's changes and its END.
 
+A JSON value or key whose only field is ``payload`` (``{"payload": {...}}``: how several tools store
+Debezium events, the schema dropped) is JSON without schemas: decoded exactly as the bare envelope
+``schemas.enable=false`` gives, column types (Debezium's logical types such as
+``io.debezium.time.MicroTimestamp`` included) from the source catalog.
+
 Values: see :mod:`.types` (one converter per column, chosen from the Connect schema, the Avro writer
 schema or the catalog). ``headers`` are accepted for the consumer's convenience and not read.
 
@@ -204,6 +209,8 @@ class Decoder:
             doc = orjson.loads(value)
         except orjson.JSONDecodeError as e:
             raise DecodeError(f"value is not JSON: {e}") from None
+        if _payload_only(doc):  # the schema dropped: JSON without schemas
+            return doc["payload"], None, None
         if doc.__class__ is dict and "schema" in doc and "payload" in doc and len(doc) == 2:
             schema = doc["schema"]
             if schema is None:
@@ -234,7 +241,9 @@ class Decoder:
             doc = orjson.loads(key)
         except orjson.JSONDecodeError as e:
             raise DecodeError(f"key is not JSON: {e}") from None
-        if doc.__class__ is dict and "schema" in doc and "payload" in doc and len(doc) == 2:
+        if _payload_only(doc):  # the schema dropped: the bare key
+            doc = doc["payload"]
+        elif doc.__class__ is dict and "schema" in doc and "payload" in doc and len(doc) == 2:
             schema, payload = doc["schema"], doc["payload"]
             if payload is None:
                 return None, None
@@ -566,6 +575,18 @@ def _tx_id(debezium_id: Any) -> str:
     if not isinstance(debezium_id, str):
         return ""
     return debezium_id.split(":", 1)[0]
+
+
+def _payload_only(doc: Any) -> bool:
+    """``{"payload": P}`` with P an object or null: a JsonConverter envelope whose ``schema`` was
+    dropped. (A Debezium envelope has more fields; a bare key whose one column is named ``payload``
+    holds a scalar.)"""
+    return (
+        doc.__class__ is dict
+        and len(doc) == 1
+        and "payload" in doc
+        and doc["payload"].__class__ in (dict, type(None))
+    )
 
 
 def _verified_head(data: bytes, schema: Any) -> bytes | None:

@@ -32,8 +32,10 @@ line per table: {"transaction", "status", "table", "table_event_count", "total_e
 A record it cannot decode prints 'inlet: error: <why>' and exits 1.
 
 --value and --key are the record's bytes exactly as on Kafka: JsonConverter text (with or
-without schemas) or Confluent Avro (magic byte 0, schema id, Avro body). Without --topic the
-table comes from the record's source block ('<source.name>.<schema>.<table>').
+without schemas) or Confluent Avro (magic byte 0, schema id, Avro body). JSON whose only field is
+"payload" ({"payload": {...}}, as several tools store Debezium events) is read as JSON without
+schemas (column types from --database-url). Without --topic the table comes from the record's
+source block ('<source.name>.<schema>.<table>').
 """
 
 DECODE_EPILOG = """\
