@@ -218,10 +218,27 @@ class TablePlan:
     columns: list[_Column]
     keys: list[str]
 
-    def copy_statement(self) -> str:
+    def copy_statement(self, where: str = "") -> str:
+        """``COPY (SELECT <renderings> FROM <table> [WHERE ...]) TO STDOUT`` as CSV."""
         select = ", ".join(c.select for c in self.columns)
         source = f"{sql.Identifier(self.schema).as_string(None)}.{sql.Identifier(self.table).as_string(None)}"
-        return f"COPY (SELECT {select} FROM {source}) TO STDOUT WITH (FORMAT csv)"
+        condition = f" WHERE {where}" if where else ""
+        return f"COPY (SELECT {select} FROM {source}{condition}) TO STDOUT WITH (FORMAT csv)"
+
+
+def render_columns(catalog: PostgresCatalog, schema: str, table: str) -> tuple[list[_Column], dict[str, str]]:
+    """Each column's rendering, and the columns without one (name -> why)."""
+    columns, unrendered = [], {}
+    for col in catalog.columns(schema, table, refresh=True).values():
+        try:
+            try:
+                pb_col = column_plan(connect_field(col), "json").column
+            except (UnsupportedType, ValueError) as e:
+                raise LoadError(f"column {col.name!r}: {e}") from None
+            columns.append(_rendering(col, pb_col))
+        except LoadError as e:
+            unrendered[col.name] = str(e)
+    return columns, unrendered
 
 
 def plan_table(catalog: PostgresCatalog, conn: psycopg.Connection[Any], schema: str, table: str) -> TablePlan:
@@ -229,28 +246,27 @@ def plan_table(catalog: PostgresCatalog, conn: psycopg.Connection[Any], schema: 
     keys = primary_key(conn, schema, table)
     if not keys:
         raise LoadError(f"{schema}.{table} has no primary key")
-    columns = []
-    for col in catalog.columns(schema, table, refresh=True).values():
-        try:
-            pb_col = column_plan(connect_field(col), "json").column
-        except (UnsupportedType, ValueError) as e:
-            raise LoadError(f"column {col.name!r}: {e}") from None
-        columns.append(_rendering(col, pb_col))
+    columns, unrendered = render_columns(catalog, schema, table)
+    if unrendered:
+        raise LoadError(next(iter(unrendered.values())))
     return TablePlan(schema, table, columns, keys)
 
 
-def read_table(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) -> pa.Table:
-    """COPY the table (in the transaction's snapshot) into Arrow, typed as the writer types it."""
-    path = workdir / f"{plan.schema}.{plan.table}.csv"
-    with path.open("wb") as out, conn.cursor().copy(plan.copy_statement()) as copy:
+def copy_csv(conn: psycopg.Connection[Any], statement: str, path: Path) -> None:
+    """Run a ``COPY ... TO STDOUT`` into the file ``path``."""
+    with path.open("wb") as out, conn.cursor().copy(statement) as copy:
         for chunk in copy:
             out.write(chunk)
-    names = [c.name for c in plan.columns]
-    data = csv.read_csv(
-        path,
-        read_options=csv.ReadOptions(column_names=names, block_size=16 << 20),
-        parse_options=csv.ParseOptions(newlines_in_values=True),
-        convert_options=csv.ConvertOptions(
+
+
+def csv_options(
+    plan: TablePlan, block_size: int = 16 << 20
+) -> tuple[csv.ReadOptions, csv.ParseOptions, csv.ConvertOptions]:
+    """How Arrow's CSV reader parses the output of ``plan.copy_statement()``."""
+    return (
+        csv.ReadOptions(column_names=[c.name for c in plan.columns], block_size=block_size),
+        csv.ParseOptions(newlines_in_values=True),
+        csv.ConvertOptions(
             column_types={c.name: c.csv_type for c in plan.columns},
             null_values=[""],
             strings_can_be_null=True,
@@ -259,14 +275,30 @@ def read_table(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) ->
             false_values=["f"],
         ),
     )
-    path.unlink()
+
+
+def typed(plan: TablePlan, data: pa.Table | pa.RecordBatch) -> pa.Table:
+    """Parsed CSV columns finished and cast to the writer's column types."""
     arrays = []
     for c in plan.columns:
-        arr = data.column(c.name).combine_chunks()
+        column = data.column(c.name)
+        arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         if c.finish is not None:
             arr = c.finish(arr)
         arrays.append(arr.cast(c.target) if arr.type != c.target else arr)
-    return pa.Table.from_arrays(arrays, names=names)
+    return pa.Table.from_arrays(arrays, names=[c.name for c in plan.columns])
+
+
+def read_table(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) -> pa.Table:
+    """COPY the table (in the transaction's snapshot) into Arrow, typed as the writer types it."""
+    path = workdir / f"{plan.schema}.{plan.table}.csv"
+    copy_csv(conn, plan.copy_statement(), path)
+    read_options, parse_options, convert_options = csv_options(plan)
+    data = csv.read_csv(
+        path, read_options=read_options, parse_options=parse_options, convert_options=convert_options
+    )
+    path.unlink()
+    return typed(plan, data)
 
 
 def with_event_columns(data: pa.Table, lsn: int, shard: str) -> pa.Table:
