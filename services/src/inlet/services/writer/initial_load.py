@@ -289,19 +289,29 @@ def typed(plan: TablePlan, data: pa.Table | pa.RecordBatch) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=[c.name for c in plan.columns])
 
 
-def read_table(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) -> pa.Table:
-    """COPY the table (in the transaction's snapshot) into Arrow, typed as the writer types it."""
-    path = workdir / f"{plan.schema}.{plan.table}.csv"
-    copy_csv(conn, plan.copy_statement(), path)
+def parse_csv(plan: TablePlan, path: Path) -> pa.Table:
+    """A file of ``plan.copy_statement()`` output, parsed and typed (an empty file: no rows, which
+    Arrow's CSV reader refuses to parse)."""
+    if path.stat().st_size == 0:
+        return pa.schema([pa.field(c.name, c.target) for c in plan.columns]).empty_table()
     read_options, parse_options, convert_options = csv_options(plan)
     data = csv.read_csv(
         path, read_options=read_options, parse_options=parse_options, convert_options=convert_options
     )
-    path.unlink()
     return typed(plan, data)
 
 
-def with_event_columns(data: pa.Table, lsn: int, shard: str) -> pa.Table:
+def read_table(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) -> pa.Table:
+    """COPY the table (in the transaction's snapshot) into Arrow, typed as the writer types it."""
+    path = workdir / f"{plan.schema}.{plan.table}.csv"
+    copy_csv(conn, plan.copy_statement(), path)
+    try:
+        return parse_csv(plan, path)
+    finally:
+        path.unlink()
+
+
+def with_event_columns(data: pa.Table, lsn: int, shard: str | None) -> pa.Table:
     """The writer's Debezium columns for snapshot reads: op ``r`` at the consistent point's LSN."""
     n = data.num_rows
     values: dict[str, Any] = {
