@@ -251,6 +251,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise VerifyError(f"--source: cannot reach the source database: {first}") from None
     except (psycopg.Error, OSError) as e:
         raise VerifyError(f"{type(e).__name__}: {e}") from None
+    except Exception as e:  # exit 1 means "differs": any other failure is 2
+        logging.getLogger("inlet.verify").debug("verify failed", exc_info=True)
+        raise VerifyError(
+            f"unexpected {type(e).__name__}: {e} (run with --log-level DEBUG for a traceback)"
+        ) from None
     finally:
         if client is not None:
             client.close()

@@ -42,7 +42,7 @@ from inlet.services.verify import lake as lake_side
 from inlet.services.verify.compare import Diff, Hashed, compare, compare_multiset
 from inlet.services.verify.repair import Repair, RepairError, RepairTarget, repair
 from inlet.services.verify.source import SourceError, SourceReader, SourceTable
-from inlet.services.writer.tables import TableRule, table_path
+from inlet.services.writer.tables import TableConfigError, TableRule, table_path
 
 log = logging.getLogger("inlet.verify")
 progress_log = logging.getLogger("inlet.verify.progress")
@@ -168,10 +168,10 @@ class Verifier:
 
     def _table(self, reader: SourceReader, database: str, st: SourceTable) -> TableReport:
         started = time.monotonic()
-        path = table_path(self.options.lake_root, database, st.schema, st.table)
-        report = TableReport(st.name, path, ignored_columns=dict(st.unrendered))
-        self.progress(st.name, "verifying", force=True, path=path)
+        report = TableReport(st.name, "", ignored_columns=dict(st.unrendered))
         try:
+            path = report.path = table_path(self.options.lake_root, database, st.schema, st.table)
+            self.progress(st.name, "verifying", force=True, path=path)
             problem = st.key_problem()
             if problem is None:
                 self._keyed(reader, database, st, report)
@@ -186,7 +186,15 @@ class Verifier:
             else:
                 report.status = SKIPPED
                 report.reason = problem
-        except (SourceError, lake_side.LakeError, RepairError, InletError, DecodeError, psycopg.Error) as e:
+        except (
+            SourceError,
+            lake_side.LakeError,
+            RepairError,
+            InletError,
+            DecodeError,
+            TableConfigError,
+            psycopg.Error,
+        ) as e:
             log.debug("verifying %s failed", st.name, exc_info=True)
             report.status = ERROR
             report.reason = " ".join(str(e).split())
