@@ -46,3 +46,14 @@ def test_the_newest_checkpoint_of_a_partition_wins_over_archived_ones(tmp_path: 
     assert t.archive(KEEP).archived
     assert table_checkpoint(t.storage, TOPIC, partitions=[0]) == {0: 21}
     assert table_checkpoint(t.storage, "inlet.changes.other") == {}
+
+
+def test_commits_without_a_checkpoint_are_skipped(tmp_path: Path) -> None:
+    """A repair (``inlet verify --repair``) or another writer commits no Kafka checkpoint: the
+    worker resumes each partition from the newest commit that has one, not from the start."""
+    t = HudiTable.create(str(tmp_path / "t"), "t", record_key="id")
+    _commit(t, 0, {0: 5, 1: 9})
+    t.write(pa.table({"id": [1], "v": [-1]}), "upsert", extra_metadata={"inlet.verify.repair": "{}"})
+    t.write(pa.table({"id": [2], "v": [-2]}), "upsert")
+    assert table_checkpoint(t.storage, TOPIC) == {0: 5, 1: 9}
+    assert table_checkpoint(t.storage, TOPIC, partitions=[0]) == {0: 5}
