@@ -187,11 +187,13 @@ class SourceReader:
         if progress is None:
             initial_load.copy_csv(self.conn, st.plan.copy_statement(where), path)
             return path
-        written = 0
+        written = reported = 0
         with path.open("wb") as out, self.conn.cursor().copy(st.plan.copy_statement(where)) as copy:
-            for chunk in copy:
+            for chunk in copy:  # about a row each
                 written += out.write(chunk)
-                progress(written)
+                if written - reported >= 1 << 20:
+                    progress(written)
+                    reported = written
         return path
 
     def read_hashed(
