@@ -343,6 +343,34 @@ def _parsed_schema(schema_json: str) -> Any:
     return fastavro.parse_schema(json.loads(schema_json))
 
 
+_TEMPORAL = frozenset(
+    {
+        "date",
+        "timestamp-millis",
+        "timestamp-micros",
+        "local-timestamp-millis",
+        "local-timestamp-micros",
+    }
+)
+
+
+def _without_temporal(node: Any) -> Any:
+    if isinstance(node, dict):
+        if node.get("logicalType") in _TEMPORAL:
+            return node["type"]
+        return {k: _without_temporal(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_without_temporal(v) for v in node]
+    return node
+
+
+@functools.lru_cache(maxsize=64)
+def _numbers_schema(schema_json: str) -> Any:
+    """The writer schema with dates and timestamps as their plain int/long numbers: the same bytes,
+    decoded without Python's date and datetime (which end at year 9999)."""
+    return fastavro.parse_schema(_without_temporal(json.loads(schema_json)))
+
+
 def _delete_list_schema() -> Any:
     return avro.schema("HoodieDeleteRecordList")
 
@@ -472,6 +500,12 @@ def _iter_avro_rows(
         buf = io.BytesIO(view[pos : pos + size])
         try:
             rec = fastavro.schemaless_reader(buf, schema, None)
+        except (OverflowError, ValueError) as e:  # a date or timestamp past Python's datetime?
+            buf = io.BytesIO(view[pos : pos + size])
+            try:  # its numbers then (Arrow takes them for the column's date or timestamp type)
+                rec = fastavro.schemaless_reader(buf, _numbers_schema(schema_json), None)
+            except Exception:
+                raise _corrupt(path, frame, f"record {i} does not decode: {e}") from e
         except Exception as e:  # fastavro raises several unrelated types on garbage
             raise _corrupt(path, frame, f"record {i} does not decode: {e}") from e
         if buf.tell() != size or not isinstance(rec, dict):

@@ -261,12 +261,33 @@ def _needs_conversion(typ: pa.DataType) -> bool:
     return bool(pa.types.is_map(typ) or pa.types.is_struct(typ) or pa.types.is_list(typ))
 
 
+def _as_numbers(typ: pa.DataType) -> pa.DataType:
+    """``typ`` with its dates and micro-/millisecond timestamps (also inside lists) as their numbers,
+    which fastavro writes for ``date`` / ``timestamp-*`` as it writes Python dates and datetimes."""
+    if pa.types.is_timestamp(typ) and typ.unit in ("ms", "us"):
+        return pa.int64()
+    if pa.types.is_date32(typ):
+        return pa.int32()
+    if pa.types.is_list(typ):
+        return pa.list_(typ.value_field.with_type(_as_numbers(typ.value_type)))
+    if pa.types.is_large_list(typ):
+        return pa.large_list(typ.value_field.with_type(_as_numbers(typ.value_type)))
+    return typ
+
+
+def _pylist(col: pa.ChunkedArray) -> list[Any]:
+    try:
+        return col.to_pylist()  # type: ignore[no-any-return]
+    except (OverflowError, ValueError):  # a date or timestamp Python's datetime cannot hold
+        return col.cast(_as_numbers(col.type)).to_pylist()  # type: ignore[no-any-return]
+
+
 def _avro_rows(records: pa.Table, fields: list[dict[str, Any]], schema: Any) -> list[bytes]:
     """Each record's Avro binary datum, encoded one record at a time by fastavro."""
     columns = []
     for f in fields:
         col = records.column(f["name"])
-        values = col.to_pylist()
+        values = _pylist(col)
         if _needs_conversion(col.type):
             values = [_py_value(v, col.type) for v in values]
         columns.append(values)
