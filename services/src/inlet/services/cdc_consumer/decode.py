@@ -57,7 +57,14 @@ from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer import avro
 from inlet.services.cdc_consumer.catalog import Catalog, connect_field
 from inlet.services.cdc_consumer.errors import DecodeError
-from inlet.services.cdc_consumer.types import Converter, UnsupportedType, column_plan, fingerprint, key_text
+from inlet.services.cdc_consumer.types import (
+    Converter,
+    Unrepresentable,
+    UnsupportedType,
+    column_plan,
+    fingerprint,
+    key_text,
+)
 
 __all__ = ["DecodeError", "Decoder", "KeylessMode", "ValueFormat", "row_record_key"]
 
@@ -556,6 +563,8 @@ class Decoder:
             else:
                 try:
                     plan.converters[i](add, raw)
+                except Unrepresentable as e:
+                    raise DecodeError(f"key column {name!r}: {e}") from None
                 except (TypeError, ValueError, KeyError, OverflowError):
                     raise DecodeError(
                         f"key column {name!r}: expected {plan.expected[i]}, got {_show(raw)}"
@@ -629,6 +638,8 @@ def _row(plan: _TablePlan, data: Any, which: str, add: Any) -> None:
                 add()
             else:
                 conv(add, raw)
+    except Unrepresentable as e:
+        raise DecodeError(f"column {name!r}: {e}") from None
     except (TypeError, ValueError, KeyError, OverflowError):
         expected = plan.expected[plan.index[name]]
         raise DecodeError(f"column {name!r}: expected {expected}, got {_show(raw)}") from None

@@ -4,8 +4,8 @@
 Debezium's letter (c/u/d/r/t); key an object of the key columns (null for a truncate); before /
 after objects of all columns or null. Values: integers and floats as numbers (NaN and infinities
 as the strings "NaN", "Infinity", "-Infinity"), decimals as strings, dates ``yyyy-MM-dd``, times
-``HH:MM:SS.ffffff``, timestamps ISO-8601 (``...Z`` for timestamptz; PostgreSQL's infinities as
-"infinity"/"-infinity"), durations as microseconds, bytes base64, JSON columns as their text,
+``HH:MM:SS.ffffff``, timestamps ISO-8601 (``...Z`` for timestamptz; PostgreSQL's infinities of
+dates and timestamps as "infinity"/"-infinity"), durations as microseconds, bytes base64, JSON columns as their text,
 lists as arrays, an unchanged TOASTed value as ``{"unchanged": true}``.
 """
 
@@ -18,7 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
-from inlet.services.cdc_consumer.types import INFINITY_MICROS, NEG_INFINITY_MICROS
+from inlet.services.cdc_consumer.types import (
+    INFINITY_DAYS,
+    INFINITY_MICROS,
+    NEG_INFINITY_DAYS,
+    NEG_INFINITY_MICROS,
+)
 
 CT = pb.ColumnType
 
@@ -57,6 +62,10 @@ def _timestamp_utc(micros: int) -> str:
 
 
 def _date(days: int) -> str:
+    if days == INFINITY_DAYS:
+        return "infinity"
+    if days == NEG_INFINITY_DAYS:
+        return "-infinity"
     try:
         return (_EPOCH_DATE + dt.timedelta(days=days)).isoformat()
     except OverflowError:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import binascii
 import datetime as dt
 import hashlib
+import re
 import struct
 import uuid
 from collections.abc import Callable
@@ -44,9 +45,29 @@ _PH_GEOMETRY_WKB = bytes.fromhex("0101000020E6100000000000FC83D797C1000000FC83D7
 _PH_GEOGRAPHY_WKB = bytes.fromhex("0101000020E61000000C21E7FDFF7F66401842CEFBFF7F5640")
 _PH_POINT = -99999999.0
 
-#: timestamps PostgreSQL calls 'infinity' / '-infinity' (Debezium's ZonedTimestamp strings)
+#: timestamps PostgreSQL calls 'infinity' / '-infinity': the largest / smallest int64 microseconds
+#: (what Arrow's and Parquet's timestamp(us) can hold), whichever form Debezium sent them in
 INFINITY_MICROS = 2**63 - 1
 NEG_INFINITY_MICROS = -(2**63)
+#: dates 'infinity' / '-infinity': the largest / smallest int32 days (Arrow's date32)
+INFINITY_DAYS = 2**31 - 1
+NEG_INFINITY_DAYS = -(2**31)
+# Debezium's encodings of them (PostgresValueConverter): timestamp (Micro)Timestamp sends pgjdbc's
+# infinity milliseconds 9223372036825200000 / -9223372036832400000 as they are (MicroTimestamp) or
+# in milliseconds' digits (Timestamp); a date is sent as epoch days of LocalDate -5877611-06-21 /
+# -5877611-06-22 while streaming and as pgjdbc's infinity java.sql.Date while snapshotting (its epoch
+# days wrap around int32; +-1 day for the Connect worker's time zone). All lie before PostgreSQL's
+# first day, so no real value is mistaken for them.
+_DBZ_TS_INFINITY = 9223372036825200000
+_DBZ_TS_NEG_INFINITY = -9223372036832400000
+_DBZ_DATE_INFINITY = (-2147472692, -622191234)
+_DBZ_DATE_NEG_INFINITY = (-2147472691, -625821272)
+# PostgreSQL's range: 4714-11-24 BC .. 5874897-12-31 (dates), .. 294276-12-31 24:00 (timestamps)
+PG_MIN_DAYS = -2440588
+PG_MAX_DAYS = 2145042905
+PG_MIN_MICROS = PG_MIN_DAYS * 86_400_000_000
+_INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 
 _UNCHANGED_MSG = pb.Unchanged()
 
@@ -56,6 +77,10 @@ _ONE_US = dt.timedelta(microseconds=1)
 
 class UnsupportedType(Exception):
     """A Connect schema this decoder does not map."""
+
+
+class Unrepresentable(ValueError):
+    """A value of the right encoding that no Inlet value can hold (the message says why)."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +229,93 @@ def _variable_decimal(wire: str) -> Converter:
     return conv
 
 
+_TOO_LATE = "is after 294247-01-10T04:00:54.775807Z, the last instant int64 microseconds hold"
+
+
+def _micro_timestamp(add: Any, raw: Any) -> None:
+    if raw.__class__ is not int:
+        raise TypeError
+    if raw < PG_MIN_MICROS:  # before PostgreSQL's first day: infinity, or an overflow in Debezium
+        if raw == _DBZ_TS_NEG_INFINITY:
+            raw = NEG_INFINITY_MICROS
+        else:  # Debezium's long wrapped around: the timestamp is past int64 microseconds
+            raise Unrepresentable(f"{raw} (Debezium's microseconds overflowed): the timestamp {_TOO_LATE}")
+    elif raw == _DBZ_TS_INFINITY:
+        raw = INFINITY_MICROS
+    add(int_value=raw)
+
+
+def _milli_timestamp(add: Any, raw: Any) -> None:
+    if raw.__class__ is not int:
+        raise TypeError
+    if raw == _DBZ_TS_INFINITY // 1000:
+        add(int_value=INFINITY_MICROS)
+    elif raw == _DBZ_TS_NEG_INFINITY // 1000:
+        add(int_value=NEG_INFINITY_MICROS)
+    elif not _INT64_MIN <= raw * 1000 <= _INT64_MAX:
+        raise Unrepresentable(f"{raw} milliseconds: the timestamp {_TOO_LATE}")
+    else:
+        add(int_value=raw * 1000)
+
+
+def _date(add: Any, raw: Any) -> None:
+    if raw.__class__ is not int:
+        raise TypeError
+    if PG_MIN_DAYS <= raw <= PG_MAX_DAYS:
+        add(int_value=raw)
+    elif raw == _DBZ_DATE_INFINITY[0] or abs(raw - _DBZ_DATE_INFINITY[1]) <= 1:
+        add(int_value=INFINITY_DAYS)
+    elif raw == _DBZ_DATE_NEG_INFINITY[0] or abs(raw - _DBZ_DATE_NEG_INFINITY[1]) <= 1:
+        add(int_value=NEG_INFINITY_DAYS)
+    else:
+        raise Unrepresentable(f"{raw} days is outside PostgreSQL's dates (4714-11-24 BC .. 5874897-12-31)")
+
+
+def days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (astronomical years: 0 is 1 BC)."""
+    year -= month <= 2
+    era = year // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+
+
+def civil_from_days(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of ``days`` since 1970-01-01, proleptic Gregorian, any year."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, doy - (153 * mp + 2) // 5 + 1
+
+
+# Debezium writes years past 9999 with a sign and BC years as negative astronomical years
+# ("+294276-12-31T23:59:59.999999Z", "-4712-01-01T00:00:00.000000Z"): beyond Python's datetime
+_WIDE_ISO = re.compile(
+    r"([+-]?\d{4,})-(\d\d)-(\d\d)T(\d\d):(\d\d)(?::(\d\d)(?:\.(\d{1,9}))?)?"
+    r"(Z|[+-]\d\d(?::?\d\d)?)"
+)
+
+
+def _wide_iso_micros(raw: str) -> int:
+    m = _WIDE_ISO.fullmatch(raw)
+    if m is None:
+        raise ValueError
+    year, month, day, hour, minute, second, frac, zone = m.groups()
+    if not (1 <= int(month) <= 12 and 1 <= int(day) <= 31 and int(hour) <= 24 and int(minute) <= 59):
+        raise ValueError
+    seconds = (int(hour) * 60 + int(minute)) * 60 + int(second or 0)
+    if zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        seconds -= sign * (int(digits[:2]) * 3600 + int(digits[2:4] or 0) * 60)
+    days = days_from_civil(int(year), int(month), int(day))
+    return (days * 86400 + seconds) * 1_000_000 + int((frac or "0").ljust(9, "0")) // 1000
+
+
 def _zoned_timestamp(add: Any, raw: Any) -> None:
     if raw.__class__ is not str:
         raise TypeError
@@ -216,7 +328,11 @@ def _zoned_timestamp(add: Any, raw: Any) -> None:
         if raw == "-infinity":
             add(int_value=NEG_INFINITY_MICROS)
             return
-        raise
+        micros = _wide_iso_micros(raw)  # ValueError: not ISO-8601 at all
+        if not _INT64_MIN <= micros <= _INT64_MAX:
+            raise Unrepresentable(f"{raw!r} {_TOO_LATE}") from None
+        add(int_value=micros)
+        return
     if moment.tzinfo is None:
         raise ValueError
     add(int_value=(moment - _EPOCH) // _ONE_US)
@@ -338,7 +454,7 @@ def column_plan(field: dict[str, Any], wire: str, name: str | None = None) -> Co
             CT.COLUMN_TYPE_DECIMAL, _variable_decimal(wire), f"a {{scale, value}} struct for {logical}"
         )
     if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
-        return done(CT.COLUMN_TYPE_DATE, _int, f"int32 days for {logical}")
+        return done(CT.COLUMN_TYPE_DATE, _date, f"int32 days for {logical}")
     if logical in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
         return done(CT.COLUMN_TYPE_TIME_MICROS, _scaled_int(1000), f"int32 milliseconds for {logical}")
     if logical == "io.debezium.time.MicroTime":
@@ -346,9 +462,9 @@ def column_plan(field: dict[str, Any], wire: str, name: str | None = None) -> Co
     if logical == "io.debezium.time.NanoTime":
         return done(CT.COLUMN_TYPE_TIME_MICROS, _floored_int(1000), f"int64 nanoseconds for {logical}")
     if logical in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
-        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _scaled_int(1000), f"int64 milliseconds for {logical}")
+        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _milli_timestamp, f"int64 milliseconds for {logical}")
     if logical == "io.debezium.time.MicroTimestamp":
-        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _int, f"int64 microseconds for {logical}")
+        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _micro_timestamp, f"int64 microseconds for {logical}")
     if logical == "io.debezium.time.NanoTimestamp":
         return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _floored_int(1000), f"int64 nanoseconds for {logical}")
     if logical == "io.debezium.time.ZonedTimestamp":
@@ -425,8 +541,6 @@ def fingerprint(columns: list[pb.Column]) -> str:
 
 # ------------------------------------------------------------------------------ record keys
 
-_EPOCH_DATE = dt.date(1970, 1, 1)
-
 
 def key_text(column: pb.Column, value: pb.Value) -> str | None:
     """How a key value is rendered in the Hudi record key (``None`` for NULL).
@@ -440,8 +554,10 @@ def key_text(column: pb.Column, value: pb.Value) -> str | None:
     if kind is None:
         return None
     if kind == "int_value":
-        if column.type == CT.COLUMN_TYPE_DATE:
-            return (_EPOCH_DATE + dt.timedelta(days=value.int_value)).isoformat()
+        if column.type == CT.COLUMN_TYPE_DATE:  # any int32 day, as Arrow casts date32 to text
+            year, month, day = civil_from_days(value.int_value)
+            sign = "-" if year < 0 else ""
+            return f"{sign}{abs(year):04d}-{month:02d}-{day:02d}"
         return str(value.int_value)
     if kind == "string_value":
         return value.string_value
