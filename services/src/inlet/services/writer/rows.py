@@ -7,17 +7,22 @@ BOOLEAN             bool
 INT16, INT32        int32 (Avro has no 16-bit int; Hudi/Spark read Avro ``int``)
 INT64               int64
 FLOAT32 / FLOAT64   float32 / float64
-DECIMAL(p, s)       decimal128(p, s) when the source declares 1 <= p <= 38; otherwise string
-                    (PostgreSQL ``numeric`` without a typmod has no fixed scale: its exact text is
-                    kept). NaN/Infinity in a decimal128 column become null (logged).
+DECIMAL(p, s)       decimal128(p, s) when the source declares 1 <= p <= 38 (all 38 digits exact);
+                    otherwise string: the exact decimal text (PostgreSQL ``numeric`` without a
+                    typmod, or with more than 38 digits, has no decimal128 that holds every value)
 STRING, JSON, UUID  string
 BYTES               binary
-DATE                date32
+DATE                date32 (any int32 day: 'infinity' / '-infinity' are its largest / smallest)
 TIME_MICROS         int64, microseconds since midnight (Spark has no TIME type)
-TIMESTAMP_MICROS*   timestamp(us, UTC) (wall-clock timestamps are stored as if UTC)
+TIMESTAMP_MICROS*   timestamp(us, UTC) (wall-clock timestamps are stored as if UTC; 'infinity' /
+                    '-infinity' are the largest / smallest int64)
 DURATION_MICROS     int64 microseconds
 LIST                list<element>
 ==================  ===================================================================
+
+Dates and timestamps go into Arrow as their day and microsecond numbers, never through Python's
+``datetime`` (which ends at year 9999). A value that does not fit its column is a :class:`RowError`
+naming the table, the column and the value: bad input, never retried as if it were transient.
 
 Columns Apache Hudi's ``PostgresDebeziumSource`` adds (names from ``DebeziumConstants``):
 ``_change_operation_type`` (c/u/d/r), ``_upstream_event_processed_ts_ms``, ``db_shard_source_partition``,
@@ -35,7 +40,6 @@ is looked up in the table.
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
 import logging
 from collections.abc import Callable, Sequence
@@ -76,12 +80,14 @@ OPS = {
     pb.OPERATION_DELETE: "d",
     pb.OPERATION_READ: "r",
 }
-_EPOCH = dt.date(1970, 1, 1)
-_UTC_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 class RowError(ValueError):
     """A change cannot be turned into a row (the table's partitions pause; nothing is skipped)."""
+
+
+#: decimal arithmetic wide enough for any decimal128 (quantize must never round or overflow)
+_DECIMALS = decimal.Context(prec=100, traps=[decimal.InvalidOperation, decimal.Inexact])
 
 
 def arrow_type(col: pb.Column) -> pa.DataType:
@@ -134,7 +140,6 @@ def _py(value: pb.Value, col: pb.Column, arrow: pa.DataType) -> Any:
         return None
     if kind == "unchanged":
         return UNCHANGED
-    t = col.type
     if kind == "list_value":
         elem_arrow = arrow.value_type if pa.types.is_list(arrow) else pa.string()
         out = []
@@ -147,25 +152,17 @@ def _py(value: pb.Value, col: pb.Column, arrow: pa.DataType) -> Any:
         if pa.types.is_decimal(arrow):
             try:
                 d = decimal.Decimal(text)
-            except decimal.InvalidOperation:
-                raise RowError(f"column {col.name!r}: bad decimal {text!r}") from None
-            if not d.is_finite():
-                log.warning(
-                    "column %s: %s does not fit decimal(%s,%s); stored as null",
-                    col.name,
-                    text,
-                    arrow.precision,
-                    arrow.scale,
-                )
-                return None
-            return d.quantize(decimal.Decimal(1).scaleb(-arrow.scale))
+                if not d.is_finite():
+                    raise decimal.InvalidOperation
+                d = d.quantize(decimal.Decimal(1).scaleb(-arrow.scale), context=_DECIMALS)
+            except decimal.DecimalException:
+                raise RowError(f"column {col.name!r}: value {text!r} does not fit {arrow}") from None
+            if len(d.as_tuple().digits) > arrow.precision and d:
+                raise RowError(f"column {col.name!r}: value {text!r} does not fit {arrow}")
+            return d
         return text
     if kind == "int_value":
-        n = value.int_value
-        if t == pb.COLUMN_TYPE_DATE:
-            return _EPOCH + dt.timedelta(days=n)
-        if t in (pb.COLUMN_TYPE_TIMESTAMP_MICROS, pb.COLUMN_TYPE_TIMESTAMP_MICROS_UTC):
-            return _UTC_EPOCH + dt.timedelta(microseconds=n)
+        n = value.int_value  # dates and timestamps too: Arrow takes their numbers as they are
         if pa.types.is_string(arrow):  # a numeric without typmod sent as an integer
             return str(n)
         return n
@@ -180,6 +177,33 @@ def _py(value: pb.Value, col: pb.Column, arrow: pa.DataType) -> Any:
     if kind == "bool_value":
         return value.bool_value
     raise RowError(f"column {col.name!r}: unknown value kind {kind}")
+
+
+def _as_numbers(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t):
+        return pa.int64()
+    if pa.types.is_date32(t):
+        return pa.int32()
+    if pa.types.is_list(t):
+        return pa.list_(pa.field(t.value_field.name, _as_numbers(t.value_type), t.value_field.nullable))
+    return t
+
+
+def table_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """``table``'s rows as :func:`to_arrow` builds them: dates and timestamps as their day and
+    microsecond numbers (any value, also past year 9999 or PostgreSQL's infinities)."""
+    schema = pa.schema([f.with_type(_as_numbers(f.type)) for f in table.schema])
+    return table.cast(schema).to_pylist() if schema != table.schema else table.to_pylist()  # type: ignore[no-any-return]
+
+
+def key_values(table: Any, column: str, values: list[Any]) -> list[Any]:
+    """``values`` of ``column`` as :func:`to_arrow` builds them, typed for a filter on ``table``
+    (a ``HudiTable``): day and microsecond numbers become date and timestamp scalars."""
+    schema = table.schema()
+    typ = schema.field(column).type if schema is not None and column in schema.names else None
+    if typ is None or _as_numbers(typ) == typ:
+        return values
+    return list(pa.array(values, _as_numbers(typ)).cast(typ))
 
 
 def _placeholder(arrow: pa.DataType) -> Any:
@@ -204,6 +228,23 @@ def _row_dict(row: pb.Row, schema: pb.TableSchema, types: dict[str, pa.DataType]
     for col, value in zip(schema.columns, row.values, strict=False):
         out[col.name] = _py(value, col, types[col.name])
     return out
+
+
+def _column_array(table_id: str, f: pa.Field, values: list[Any]) -> pa.Array:
+    """One output column; a value that does not fit names the table, the column and the value."""
+    try:
+        return pa.array(values, type=f.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+        bad: Any = None
+        for v in values:
+            try:
+                pa.array([v], type=f.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                bad = v
+                break
+        shown = repr(bad)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise RowError(f"{table_id}: column {f.name!r}: value {shown} does not fit {f.type}: {e}") from None
 
 
 def batch_schema(changes: Sequence[Change]) -> tuple[list[pa.Field], list[str]]:
@@ -268,8 +309,7 @@ def to_arrow(
     def key_of(image: dict[str, Any]) -> str:
         return "\x00".join(repr(image.get(k)) for k in keys)
 
-    for ch in changes:
-        ev = ch.event
+    def add_change(ev: pb.ChangeEvent) -> None:
         if ev.op == pb.OPERATION_TRUNCATE:
             truncated: dict[str, dict[str, Any]] = {}
             key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
@@ -282,7 +322,7 @@ def to_arrow(
                 key_image.update(meta(ev, "d", True))
                 rows.append(key_image)
             latest.clear()
-            continue
+            return
         if ev.op not in OPS:
             raise RowError(f"{ev.table_id}: operation {pb.Operation.Name(ev.op)} is not handled here")
         before = _row_dict(ev.before, ev.schema, types) if ev.HasField("before") else None
@@ -297,7 +337,7 @@ def to_arrow(
             image.update(meta(ev, "d", True))
             latest.pop(ev.record_key if synthetic else key_of(image), None)
             rows.append(image)
-            continue
+            return
         if not ev.HasField("after"):
             raise RowError(f"{ev.table_id}: {pb.Operation.Name(ev.op)} without an after image")
         after = _row_dict(ev.after, ev.schema, types)
@@ -327,6 +367,14 @@ def to_arrow(
         }
         after.update(meta(ev, OPS[ev.op], False))
         rows.append(after)
+
+    for ch in changes:
+        try:
+            add_change(ch.event)
+        except RowError as e:
+            table_id = ch.event.table_id
+            named = not table_id or str(e).startswith(f"{table_id}: ")
+            raise (e if named else RowError(f"{table_id}: {e}")) from None
 
     missing = [r for r in rows if any(v is UNCHANGED for v in r.values())]
     if missing:
@@ -359,10 +407,6 @@ def to_arrow(
     for r in rows:
         for f in out_fields:
             columns[f.name].append(r.get(f.name))
-    arrays = []
-    for f in out_fields:
-        try:
-            arrays.append(pa.array(columns[f.name], type=f.type))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as e:
-            raise RowError(f"column {f.name!r}: values do not fit {f.type}: {e}") from None
+    table_id = next((ch.event.table_id for ch in changes if ch.event.table_id), "")
+    arrays = [_column_array(table_id, f, columns[f.name]) for f in out_fields]
     return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 from google.protobuf.message import DecodeError
 
@@ -52,7 +53,15 @@ from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables
 from inlet.services.writer.batcher import Cut, Entry, TableBuffer
 from inlet.services.writer.metrics import WriterMetrics
-from inlet.services.writer.rows import OP_COL, Change, RowError, key_columns, to_arrow
+from inlet.services.writer.rows import (
+    OP_COL,
+    Change,
+    RowError,
+    key_columns,
+    key_values,
+    table_rows,
+    to_arrow,
+)
 
 log = logging.getLogger("inlet.writer")
 
@@ -448,15 +457,20 @@ class Writer:
             def existing_keys() -> list[dict[str, Any]]:
                 if table.schema() is None:
                     return []
-                return table.read(columns=keys, meta_columns=False).to_pylist()  # type: ignore[no-any-return]
+                return table_rows(table.read(columns=keys, meta_columns=False))
 
             def current_rows(images: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 if table.schema() is None:
                     return []
                 first = keys[0]
                 values = sorted({i[first] for i in images if i.get(first) is not None}, key=repr)
-                found = table.read(filters=[(first, "in", values)], meta_columns=False)
-                return found.to_pylist()  # type: ignore[no-any-return]
+                try:
+                    found = table.read(
+                        filters=[(first, "in", key_values(table, first, values))], meta_columns=False
+                    )
+                except OverflowError:  # a date/timestamp key past year 9999 cannot be a filter value
+                    found = table.read(meta_columns=False)
+                return table_rows(found)
 
             arrow = to_arrow(
                 changes,
@@ -724,12 +738,17 @@ def ranges_end(ranges: Mapping[int, tuple[int, int]]) -> dict[int, int]:
     return {p: until for p, (_a, until) in ranges.items()}
 
 
+#: a value that cannot be converted: retrying cannot help (Arrow's conversion errors, Python's
+#: OverflowError and decimal errors are ArithmeticErrors, UnicodeError is a ValueError)
+_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, ArithmeticError, UnicodeError)
+
+
 def _kind(e: BaseException) -> str:
     if isinstance(e, CommitConflictError):
         return "conflict"
     if isinstance(e, SchemaError):
         return "schema"
-    if isinstance(e, (RowError, InvalidInputError)):
+    if isinstance(e, (RowError, InvalidInputError, *_CONVERSION_ERRORS)):
         return "bad_input"
     return "transient"
 
