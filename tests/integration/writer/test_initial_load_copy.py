@@ -14,14 +14,18 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from support.edge_values import EDGE_STORED, edge_ddl, edge_rows, nan_text
 
 from inlet.core import HudiTable
+from inlet.services.cdc_consumer import PostgresCatalog
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.writer import initial_load
+from inlet.services.writer.rows import table_rows
 
 
 @pytest.fixture
@@ -133,3 +137,72 @@ def test_writer_load_cli_prints_the_summary_and_the_debezium_settings(
     again = subprocess.run(argv, capture_output=True, text=True, timeout=120)  # the slot exists now
     assert again.returncode == 2
     assert again.stderr.strip().count("\n") == 0 and "already exists" in again.stderr
+
+
+# ---------------------------------------------------------------------------- values at the edges
+
+
+def _copy_rows(url: str, tmp: Path, table: str) -> dict[int, dict[str, Any]]:
+    """``table`` read by the initial load's COPY, dates and timestamps as their numbers."""
+    catalog = PostgresCatalog(url)
+    try:
+        with psycopg.connect(url) as conn:
+            plan = initial_load.plan_table(catalog, conn, "public", table)
+            data = initial_load.read_table(conn, plan, tmp)
+    finally:
+        catalog.close()
+    rows = {}
+    for r in table_rows(data):
+        rows[r["id"]] = {k: nan_text(v) for k, v in r.items()}
+    return rows
+
+
+def test_copy_renders_edge_values_as_streaming_stores(pg_url: str, tmp_path: Path) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for stmt in edge_ddl("src_edges"):
+            conn.execute(stmt)
+        for row in edge_rows():
+            conn.execute(f"INSERT INTO src_edges VALUES {row}")
+    got = _copy_rows(pg_url, tmp_path, "src_edges")
+    assert sorted(got) == sorted(EDGE_STORED)
+    for key, expected in EDGE_STORED.items():
+        row = got[key]
+        assert {c: row[c] for c in expected} == expected, key
+        assert all(row[c] is None for c in row if c not in expected and c != "id"), key
+
+
+@pytest.mark.parametrize(
+    ("ddl", "value", "reason"),
+    [
+        (
+            "ts timestamp",
+            "'294276-12-31 23:59:59.999999'",
+            "public.src_bad: column ts = 294276-12-31 23:59:59.999999: after 294247-01-10T04:00:54.775807Z, "
+            "the last instant int64 microseconds hold",
+        ),
+        (
+            "ia int[]",
+            "'{{1,2},{3,4}}'",
+            "public.src_bad: column ia = {{1,2},{3,4}}: a multi-dimensional array, which Debezium cannot "
+            "send (it sends nulls or Java object names)",
+        ),
+        (
+            "n numeric(10,2) NOT NULL",
+            "'NaN'",
+            "public.src_bad: column n = NaN: NaN or Infinity in a NOT NULL numeric, which Debezium "
+            "(decimal.handling.mode=precise) cannot send",
+        ),
+    ],
+    ids=["timestamp past int64 micros", "multi-dimensional array", "NaN in NOT NULL numeric"],
+)
+def test_a_value_copy_cannot_store_leaves_the_table_to_debezium_with_the_reason(
+    pg_url: str, coordinator: RunningServer, lake: Path, slot: str, ddl: str, value: str, reason: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE src_bad (id int PRIMARY KEY, {ddl})")
+        conn.execute(f"INSERT INTO src_bad VALUES (1, {value})")
+        conn.execute("CREATE TABLE src_good (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO src_good VALUES (1, 'a')")
+    summary = _load(pg_url, coordinator, lake, slot)
+    assert summary.skipped == {"public.src_bad": reason}
+    assert [(r.table_id, r.rows) for r in summary.loaded] == [("srv.public.src_good", 1)]

@@ -50,7 +50,9 @@ from inlet.core.storage import Storage
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer.catalog import CatalogColumn, PostgresCatalog, connect_field
 from inlet.services.cdc_consumer.types import (
+    INFINITY_DAYS,
     INFINITY_MICROS,
+    NEG_INFINITY_DAYS,
     NEG_INFINITY_MICROS,
     UnsupportedType,
     column_plan,
@@ -70,19 +72,59 @@ from inlet.services.writer.rows import (
 
 log = logging.getLogger("inlet.writer.initial_load")
 
-_DAY_US = 86_400_000_000
 _EPOCH_US = "(extract(epoch from {c}) * 1000000)::int8"
-# Debezium's MicroDuration: 365.25-day years and 30.4375-day (365.25 / 12) months
-_INTERVAL_US = (
-    "((extract(year from {c}) * 365.25 + extract(month from {c}) * 30.4375 + extract(day from {c}))"
-    f" * {_DAY_US} + extract(hour from {{c}}) * 3600000000 + extract(minute from {{c}}) * 60000000"
-    " + extract(microseconds from {c}))::int8"
-)
-_FINITE_TS = (
+# timestamps: PostgreSQL's infinities as the int64 bounds (as the CDC consumer decodes them); one
+# after 294247-01-10T04:00:54.775807Z, past int64 microseconds, is refused
+_TIMESTAMP_US = (
     f"CASE WHEN {{c}} = 'infinity' THEN {INFINITY_MICROS} WHEN {{c}} = '-infinity' "
-    f"THEN {NEG_INFINITY_MICROS} ELSE {_EPOCH_US} END"
+    f"THEN {NEG_INFINITY_MICROS} WHEN extract(epoch from {{c}}) >= 9223372036854.775808 THEN {{refuse}} "
+    f"ELSE {_EPOCH_US} END"
+)
+_DATE_DAYS = (
+    f"CASE WHEN {{c}} = 'infinity' THEN {INFINITY_DAYS} WHEN {{c}} = '-infinity' THEN {NEG_INFINITY_DAYS} "
+    "ELSE {c} - date '1970-01-01' END"
+)
+# timetz: Debezium's ZonedTime, the time in UTC with 'Z' (its 24:00:00 is 00:00:00Z)
+_TIMETZ = (
+    "CASE WHEN ({c} AT TIME ZONE 'UTC')::time = '24:00:00' THEN '00:00:00Z' "
+    "ELSE ({c} AT TIME ZONE 'UTC')::time::text || 'Z' END"
 )
 _ARRAY_ELEMENTS = {"int2", "int4", "int8", "float4", "float8", "text", "varchar", "bpchar", "bool", "uuid"}
+_FLOAT_WORDS = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+def _interval_us(c: str) -> str:
+    """Debezium's MicroDuration of an interval, computed as Debezium computes it (in doubles, from
+    pgjdbc's PGInterval fields, 30.4375-day months, truncated and saturated to a long), so the load
+    stores the very number streaming stores; an infinite interval is 0, what Debezium sends."""
+
+    def part(field: str) -> str:
+        return f"extract({field} from {c})"
+
+    whole = f"trunc({part('second')})"
+    seconds = f"({whole}::float8 + ({part('microseconds')} - {whole} * 1000000)::float8 / 1e6::float8)"
+    days = f"(({part('year')} * 12 + {part('month')})::float8 * 30.4375::float8 + {part('day')}::float8)"
+    micros = (
+        f"((({days} * 24::float8 + {part('hour')}::float8) * 60::float8 + {part('minute')}::float8)"
+        f" * 60::float8 + {seconds}) * 1e6::float8"
+    )
+    return (
+        f"CASE WHEN NOT isfinite({c}) THEN 0::int8 WHEN {micros} >= 9223372036854775807::float8 "
+        f"THEN {INFINITY_MICROS}::int8 ELSE trunc(greatest({micros}, -9223372036854775808::float8))::int8 END"
+    )
+
+
+def _refuse(name: str, c: str, why: str) -> str:
+    """An int8 expression that fails the COPY with a message naming the column, the value and why
+    (plain SQL cannot raise: casting this text to bigint does, quoting it in the error)."""
+    column = sql.Literal(f"inlet: column {name} = ").as_string(None)
+    return f"(({column} || left({c}::text, 80) || {sql.Literal(': ' + why).as_string(None)})::int8)"
+
+
+def refusal(error: Exception) -> str | None:
+    """The reason in the error of a COPY that :func:`_refuse` failed, or None for another error."""
+    found = re.search(r'"inlet: (.*)"', str(error))
+    return found.group(1) if found else None
 
 
 class LoadError(RuntimeError):
@@ -159,17 +201,23 @@ def _rendering(col: CatalogColumn, pb_col: pb.Column) -> _Column:
     if col.element_type is not None:
         if col.element_type not in _ARRAY_ELEMENTS:
             raise LoadError(f"column {col.name!r}: arrays of {col.element_type} are not loaded by COPY")
-        return _Column(col.name, f"to_json({ident})::text", pa.string(), target, _json_lists(target))
+        # Debezium sends a multi-dimensional array as nulls (or Java object names for text): refused
+        why = "a multi-dimensional array, which Debezium cannot send (it sends nulls or Java object names)"
+        select = (
+            f"CASE WHEN array_ndims({ident}) > 1 THEN {_refuse(col.name, ident, why)}::text "
+            f"ELSE to_json({ident})::text END"
+        )
+        return _Column(col.name, select, pa.string(), target, _json_lists(target))
     if ct in (pb.COLUMN_TYPE_TIMESTAMP_MICROS, pb.COLUMN_TYPE_TIMESTAMP_MICROS_UTC):
-        return _Column(col.name, _FINITE_TS.format(c=ident), pa.int64(), target)
+        why = "after 294247-01-10T04:00:54.775807Z, the last instant int64 microseconds hold"
+        select = _TIMESTAMP_US.format(c=ident, refuse=_refuse(col.name, ident, why))
+        return _Column(col.name, select, pa.int64(), target)
     if ct == pb.COLUMN_TYPE_TIME_MICROS and col.type_name == "time":
         return _Column(col.name, _EPOCH_US.format(c=ident), pa.int64(), target)
     if ct == pb.COLUMN_TYPE_DURATION_MICROS:
-        return _Column(col.name, _INTERVAL_US.format(c=ident), pa.int64(), target)
+        return _Column(col.name, _interval_us(ident), pa.int64(), target)
     if ct == pb.COLUMN_TYPE_DATE:
-        return _Column(
-            col.name, f"CASE WHEN isfinite({ident}) THEN {ident} - date '1970-01-01' END", pa.int32(), target
-        )
+        return _Column(col.name, _DATE_DAYS.format(c=ident), pa.int32(), target)
     if ct == pb.COLUMN_TYPE_DECIMAL:
         # Debezium sends a numeric without typmod (VariableScaleDecimal) without its trailing zeros
         text = (
@@ -177,8 +225,14 @@ def _rendering(col: CatalogColumn, pb_col: pb.Column) -> _Column:
             if col.typmod < 0 and col.type_name == "numeric"
             else f"{ident}::numeric::text"
         )
-        finite = f"CASE WHEN {text} NOT IN ('NaN', 'Infinity', '-Infinity') THEN {text} END"
+        # NaN and +-Infinity: Debezium (decimal.handling.mode=precise) sends null, and stops on a
+        # NOT NULL column ("Got a special value (NaN/Infinity) for Decimal type"): refused
+        why = "NaN or Infinity in a NOT NULL numeric, which Debezium (decimal.handling.mode=precise) cannot send"
+        special = f"{_refuse(col.name, ident, why)}::text" if col.not_null else "NULL"
+        finite = f"CASE WHEN {text} IN ('NaN', 'Infinity', '-Infinity') THEN {special} ELSE {text} END"
         return _Column(col.name, finite, target if pa.types.is_decimal(target) else pa.string(), target)
+    if ct == pb.COLUMN_TYPE_STRING and col.type_name == "timetz":
+        return _Column(col.name, _TIMETZ.format(c=ident), pa.string(), target)
     if ct == pb.COLUMN_TYPE_BYTES and col.type_name == "bytea":
         return _Column(col.name, f"encode({ident}, 'hex')", pa.string(), target, _hex_bytes)
     if ct == pb.COLUMN_TYPE_BOOLEAN and col.type_name == "bool":
@@ -203,8 +257,16 @@ def _hex_bytes(arr: pa.Array) -> pa.Array:
 
 
 def _json_lists(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
+    floats = pa.types.is_floating(target.value_type)
+
     def finish(arr: pa.Array) -> pa.Array:
-        return pa.array([None if v is None else json.loads(v) for v in arr.to_pylist()], target)
+        lists = [None if v is None else json.loads(v) for v in arr.to_pylist()]
+        if floats:  # to_json writes NaN and the infinities as strings
+            lists = [
+                None if v is None else [_FLOAT_WORDS.get(x, x) if x.__class__ is str else x for x in v]
+                for v in lists
+            ]
+        return pa.array(lists, target)
 
     return finish
 
@@ -311,6 +373,20 @@ def read_table(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) ->
         path.unlink()
 
 
+def _read_or_refuse(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) -> pa.Table:
+    """:func:`read_table` in a savepoint: a value the rendering refuses (or PostgreSQL cannot
+    render) makes the table a LoadError, left to Debezium's snapshot, and the load goes on."""
+    conn.execute("SAVEPOINT inlet_copy")
+    try:
+        data = read_table(conn, plan, workdir)
+    except psycopg.errors.DataError as e:
+        conn.execute("ROLLBACK TO SAVEPOINT inlet_copy")
+        why = refusal(e) or str(e).strip().splitlines()[0]
+        raise LoadError(f"{plan.schema}.{plan.table}: {why}") from None
+    conn.execute("RELEASE SAVEPOINT inlet_copy")
+    return data
+
+
 def with_event_columns(data: pa.Table, lsn: int, shard: str | None) -> pa.Table:
     """The writer's Debezium columns for snapshot reads: op ``r`` at the consistent point's LSN."""
     n = data.num_rows
@@ -404,6 +480,7 @@ def load(
                     started = time.monotonic()
                     try:
                         plan = plan_table(catalog, conn, schema, table)
+                        rows = _read_or_refuse(conn, plan, Path(workdir))
                     except LoadError as e:
                         summary.skipped[f"{schema}.{table}"] = str(e)
                         log_event(
@@ -414,7 +491,7 @@ def load(
                             reason=str(e),
                         )
                         continue
-                    data = with_event_columns(read_table(conn, plan, Path(workdir)), snap.lsn, topic_prefix)
+                    data = with_event_columns(rows, snap.lsn, topic_prefix)
                     table_id = f"{topic_prefix}.{schema}.{table}"
                     settings = tables.settings_for(rules, table_id)
                     path = tables.ensure_table(
