@@ -1,9 +1,12 @@
-"""The decoder against the live Debezium 3.6 PostgreSQL connector, on a table with every common type.
+"""The decoder against the live Debezium 3.6 PostgreSQL connector, on a table with every common type
+and one with the values at the edges of their types (issue #21).
 
-One row is read by the snapshot, one streamed; both are decoded from the connector's JSON with
-schemas and (a second connector) without schemas, with the column types from the catalog. Expected
-values are worked out from the SQL literals below, never from the decoder. (No xml column: the
-embedded PostgreSQL is built without libxml.)
+One connector per module and format: JSON with schemas, and (a second connector) without schemas,
+with the column types from the catalog. Rows are read by the snapshot and again streamed. Expected
+values are worked out from the SQL literals, never from the decoder; the edge values must reach the
+writer's rows exactly as ``tests/support/edge_values.EDGE_STORED`` says, which is also exactly what
+the initial load's COPY stores (checked here on the same table). Values no Inlet column can hold go
+to the dead letters with the reason. (No xml column: the embedded PostgreSQL is built without libxml.)
 """
 
 from __future__ import annotations
@@ -13,16 +16,22 @@ import math
 import struct
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from support.edge_values import EDGE_STORED, edge_ddl, edge_rows, nan_text
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
-from inlet.services.cdc_consumer import Decoder, PostgresCatalog, render_change
+from inlet.services.cdc_consumer import DecodeError, Decoder, PostgresCatalog, render_change
 from inlet.services.stack import TEST_CONSUMER_SETTINGS
+from inlet.services.writer import initial_load
+from inlet.services.writer.rows import Change, table_rows, to_arrow
 
 pytestmark = pytest.mark.slow
 
@@ -163,37 +172,134 @@ def check(ev: pb.ChangeEvent, row_id: int) -> None:
     render_change(ev)  # renders every type
 
 
-@pytest.fixture
-def alltypes_db(pg_url: str) -> str:
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        for stmt in DDL:
-            conn.execute(stmt)
-        conn.execute(ROW.format(id=1))
-    return pg_url
+# beyond what an Inlet column holds: timestamps past int64 microseconds (Debezium's long wraps
+# around for timestamp, the milliseconds of timestamp(0) fit but not their microseconds)
+FAR_DDL = "CREATE TABLE public.far (id int PRIMARY KEY, ts timestamp, ts0 timestamp(0), tstz timestamptz)"
+FAR_ROW = (
+    "INSERT INTO public.far VALUES ({id}, '294276-12-31 23:59:59.999999', '294276-12-31 23:59:59', "
+    "'2000-01-01 00:00:00+00'), ({id} + 1, NULL, '294276-12-31 23:59:59', NULL), "
+    "({id} + 2, NULL, NULL, '294276-12-31 23:59:59.999999+00')"
+)
+TOO_LATE = "is after 294247-01-10T04:00:54.775807Z, the last instant int64 microseconds hold"
+EDGES_STREAMED_FROM = 101  # ids of the edge rows inserted after the snapshot
 
 
-@pytest.mark.parametrize("schemas", [True, False], ids=["with-schemas", "catalog"])
-def test_every_type_from_the_live_connector(
-    alltypes_db: str, start_debezium: Any, kafka_bootstrap: str, schemas: bool
-) -> None:
-    dbz = start_debezium(
-        postgres_url=alltypes_db, table_include_list=["public.alltypes"], schemas_enable=schemas
-    )
-    with psycopg.connect(alltypes_db, autocommit=True) as conn:
-        conn.execute(ROW.format(id=2))
-    messages = read_raw(kafka_bootstrap, dbz.topic("alltypes"), 2)
-    catalog = PostgresCatalog(alltypes_db) if not schemas else None
+@dataclass
+class Live:
+    """What one connector sent for the module's tables, decoded (or refused)."""
+
+    url: str
+    topic_prefix: str
+    events: dict[str, list[pb.ChangeEvent]] = field(default_factory=dict)
+    refused: dict[str, list[str]] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["with-schemas", "catalog"])
+def live(
+    request: pytest.FixtureRequest, postgres_server: Any, debezium_factory: Any, kafka_bootstrap: str
+) -> Iterator[Live]:
+    schemas: bool = request.param
+    name = f"t_live_types_{uuid.uuid4().hex[:8]}"
+    url = postgres_server.create_database(name)
     try:
-        decoder = Decoder(catalog=catalog)
-        events = [
-            r.change
-            for m in messages
-            for r in decoder.decode(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers())
-        ]
+        with psycopg.connect(url, autocommit=True) as conn:
+            for stmt in [*DDL, *edge_ddl("public.edges"), FAR_DDL]:
+                conn.execute(stmt)
+            conn.execute(ROW.format(id=1))
+            for row in edge_rows(1):
+                conn.execute(f"INSERT INTO public.edges VALUES {row}")
+            conn.execute(FAR_ROW.format(id=1))
+        tables = ["alltypes", "edges", "far"]
+        dbz = debezium_factory(
+            url, table_include_list=[f"public.{t}" for t in tables], schemas_enable=schemas
+        )
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(ROW.format(id=2))
+                for row in edge_rows(EDGES_STREAMED_FROM):
+                    conn.execute(f"INSERT INTO public.edges VALUES {row}")
+                conn.execute(FAR_ROW.format(id=11))
+            found = Live(url, dbz.topic_prefix)
+            catalog = PostgresCatalog(url) if not schemas else None
+            try:
+                decoder = Decoder(catalog=catalog)
+                counts = {"alltypes": 2, "edges": 2 * len(EDGE_STORED), "far": 6}
+                for table in tables:
+                    events, refused = found.events.setdefault(table, []), found.refused.setdefault(table, [])
+                    for m in read_raw(kafka_bootstrap, dbz.topic(table), counts[table]):
+                        try:
+                            records = decoder.decode(
+                                m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers()
+                            )
+                        except DecodeError as e:
+                            refused.append(e.reason)
+                            continue
+                        events.extend(r.change for r in records)
+            finally:
+                if catalog is not None:
+                    catalog.close()
+            yield found
+        finally:
+            debezium_factory.release(dbz)
     finally:
-        if catalog is not None:
-            catalog.close()
+        postgres_server.drop_database(name)
+
+
+def test_every_type_from_the_live_connector(live: Live) -> None:
+    events = live.events["alltypes"]
     assert [e.op for e in events] == [pb.OPERATION_READ, pb.OPERATION_CREATE]
     check(events[0], 1)
     check(events[1], 2)
-    assert events[0].table_id == f"{dbz.topic_prefix}.public.alltypes"
+    assert events[0].table_id == f"{live.topic_prefix}.public.alltypes"
+
+
+def stored_rows(events: list[pb.ChangeEvent]) -> dict[int, dict[str, Any]]:
+    """The writer's rows for ``events`` (``writer.rows.to_arrow``), data columns only, dates and
+    timestamps as their numbers, by id."""
+    table = to_arrow([Change(ev, 0, i) for i, ev in enumerate(events)])
+    names = [c.name for c in events[0].schema.columns]
+    return {r["id"]: {k: nan_text(v) for k, v in r.items()} for r in table_rows(table.select(names))}
+
+
+def test_edge_values_from_the_live_connector_reach_the_writer_rows_as_documented(live: Live) -> None:
+    events = live.events["edges"]
+    assert live.refused["edges"] == []
+    ops = [e.op for e in events]
+    assert ops == [pb.OPERATION_READ] * len(EDGE_STORED) + [pb.OPERATION_CREATE] * len(EDGE_STORED)
+    rows = stored_rows(events)
+    for offset, source in ((0, "snapshot"), (EDGES_STREAMED_FROM - 1, "streamed")):
+        for key, expected in EDGE_STORED.items():
+            row = rows[offset + key]
+            assert {c: row[c] for c in expected} == expected, (source, key)
+            assert all(row[c] is None for c in row if c not in expected and c != "id"), (source, key)
+    for ev in events:
+        render_change(ev)  # renders every edge value
+
+
+def test_copy_load_stores_exactly_what_streaming_stores(live: Live, tmp_path: Path) -> None:
+    catalog = PostgresCatalog(live.url)
+    try:
+        with psycopg.connect(live.url) as conn:
+            plan = initial_load.plan_table(catalog, conn, "public", "edges")
+            copied = initial_load.read_table(conn, plan, tmp_path)
+    finally:
+        catalog.close()
+    streamed = stored_rows(live.events["edges"])
+    names = [c.name for c in live.events["edges"][0].schema.columns]
+    assert copied.column_names == names
+    assert copied.schema == to_arrow([Change(live.events["edges"][-1], 0, 0)]).select(names).schema
+    loaded = {r["id"]: {k: nan_text(v) for k, v in r.items()} for r in table_rows(copied)}
+    assert loaded == streamed
+
+
+def test_values_past_what_inlet_holds_are_refused_with_the_reason(live: Live) -> None:
+    assert live.events["far"] == []
+    reasons = sorted(set(live.refused["far"]))
+    assert reasons == sorted(
+        [
+            f"column 'ts': -9223372036853775810 (Debezium's microseconds overflowed): the timestamp {TOO_LATE}",
+            f"column 'ts0': 9224318015999000 milliseconds: the timestamp {TOO_LATE}",
+            f"column 'tstz': '+294276-12-31T23:59:59.999999Z' {TOO_LATE}",
+        ]
+    )
+    assert len(live.refused["far"]) == 6  # snapshot and streamed
