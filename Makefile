@@ -9,7 +9,7 @@ LINT_PATHS := core proto services tests $(wildcard benchmarks)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: install demo test check bench clean proto
+.PHONY: install demo test test-fast check bench clean proto
 
 # Bootstrap uv into a private tools venv (works where the system pip is externally managed),
 # then install the whole workspace from the lock file into .venv.
@@ -40,8 +40,17 @@ check: install
 proto: install
 	$(VENV)/bin/python proto/generate.py
 
+# Two workers (this machine's cores); every test module is one work unit, the Spark tests and the
+# whole-stack tests one each (tests/conftest.py), handed out longest first.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: install check
-	$(VENV)/bin/python -m pytest -q tests
+	$(VENV)/bin/python -m pytest -q $(PYTEST_PARALLEL) tests
+
+# The edit loop: the unit and interoperability layers only (a few minutes).
+test-fast: install
+	$(VENV)/bin/python -m pytest -q $(PYTEST_PARALLEL) tests/unit tests/interop
 
 # Benchmarks compare Inlet with its peers (delta-rs, PyIceberg) in one run and print a table.
 bench: $(UV)

@@ -23,19 +23,66 @@ port, and are stopped (no process left) at the end of the session.
 
 Every ``conftest.py`` is imported as the module ``conftest``: import helpers from ``inlet`` packages,
 not from here.
+
+Parallel runs (``make test`` runs ``pytest -n 2 --dist loadgroup``): every test gets an ``xdist_group``
+so that tests sharing a module- or session-scoped component run in one worker (see
+:func:`pytest_collection_modifyitems`). Session fixtures start once per worker.
+
+- ``server_dir``: a directory for a test's own servers' data *outside* pytest's base temporary
+  directory (which another pytest run resets to mode 0700, locking PostgreSQL's unprivileged
+  user out of its data directory); removed afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from inlet.services.stack import EmbeddedDebezium, EmbeddedKafka, EmbeddedPostgres
+
+# Work units of a parallel run, first the longest (each goes to one worker, in this order):
+# - "spark": one Spark session per worker; the catalog tests' Hive-enabled session must be stopped
+#   before tests/spark's session starts (getOrCreate would hand one to the other), so they go first.
+# - "stack": the end-to-end replication tests and the demo, each starting whole stacks: one at a time.
+# Every other test module is its own unit (module-scoped fixtures such as a Debezium connector or a
+# metastore are started once).
+_GROUPS = (
+    ("spark", ("tests/integration/catalog_sync/", "tests/spark/")),
+    ("stack", ("tests/e2e/replication/", "tests/e2e/demo/")),
+)
+
+
+def _group_of(nodeid: str) -> str:
+    for group, prefixes in _GROUPS:
+        if nodeid.startswith(prefixes):
+            return group
+    return nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every test its ``xdist_group`` and put the long groups first (stable otherwise)."""
+    order = {group: i for i, (group, _) in enumerate(_GROUPS)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group_of(item.nodeid)))
+    items.sort(key=lambda item: order.get(_group_of(item.nodeid), len(order)))
+
+
+@pytest.fixture
+def server_dir() -> Iterator[Path]:
+    """A directory for one test's servers' data, outside pytest's base temporary directory."""
+    path = Path(tempfile.mkdtemp(prefix="inlet-test-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

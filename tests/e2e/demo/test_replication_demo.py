@@ -19,8 +19,8 @@ from inlet.core import HudiTable
 pytestmark = pytest.mark.slow
 
 
-def test_replication_demo_runs_the_main_job_and_proves_it(tmp_path: Path) -> None:
-    stack = tmp_path / "stack"
+def test_replication_demo_runs_the_main_job_and_proves_it(server_dir: Path) -> None:
+    stack = server_dir / "stack"
     env = {k: v for k, v in os.environ.items() if not k.startswith("INLET_")}
     proc = subprocess.run(
         [sys.executable, "-m", "inlet.services.demo", "--dir", str(stack), "--scale", "40"],

@@ -66,13 +66,13 @@ class Lake:
         return self.lake / self.database / "public" / table
 
 
-def test_stack_up_status_restart_down_and_up_again(tmp_path: Path) -> None:
+def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
     """``up`` prints every address and returns once healthy; ``status --json`` lists every
     component with its pid and health; a SIGKILLed component is restarted by the supervisor (its
     restart count goes up and logs/supervisor.log says so) and changes keep flowing; ``down``
     leaves no process of the stack; ``up`` on the same directory resumes: changes made after it
     appear once, and nothing is replicated twice (no duplicate key, no offset consumed twice)."""
-    d = tmp_path / "stack"
+    d = server_dir / "stack"
     try:
         addresses = json.loads(
             inlet("stack", "up", "--dir", str(d), "--batch-interval-ms", "500").splitlines()[-1]
