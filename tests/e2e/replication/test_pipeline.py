@@ -147,8 +147,7 @@ def test_two_writers_share_a_table_and_the_survivor_takes_over(stack: RunningSta
             return mine if 0 < len(mine) < 4 else None
 
         owned = wait_for(split, 90, "the second writer to own some of tw_orders' partitions")
-        bg = BackgroundWorkload(w, changes=2_500, seconds=40)
-        time.sleep(15)
+        bg = BackgroundWorkload(w, changes=1_600, seconds=25)
 
         def second_committed() -> bool:
             return any(
