@@ -182,8 +182,9 @@ commit coordinator, exactly once.
 
 - A table is created from its first event at <lake-root>/<database>/<schema>/<table>: record key =
   the primary key, ordering field _event_lsn (EVENT_TIME_ORDERING: a late, older change never
-  overwrites a newer one), Merge-on-Read with the bucket index (4 buckets) unless --table-config
-  says otherwise; registered with the coordinator (NON_BLOCKING for MOR + bucket, else OPTIMISTIC).
+  overwrites a newer one; snapshot reads ('r') carry 0: every streamed change wins), Merge-on-Read
+  with the bucket index (4 buckets) unless --table-config says otherwise; registered with the
+  coordinator (NON_BLOCKING for MOR + bucket, else OPTIMISTIC).
 - Each commit carries the Kafka offsets it consumed in its extraMetadata, in Apache Hudi Streamer's
   format (deltastreamer.checkpoint.key = topic,partition:next_offset,...). Partitions are always
   positioned from the table's newest checkpoint, never from the consumer group's offsets.
@@ -249,7 +250,8 @@ LOAD_SETTINGS: tuple[Setting, ...] = (
 LOAD_DESCRIPTION = """Load the rows already in PostgreSQL into the Hudi tables in bulk, before Debezium first starts, so
 they do not travel through Kafka one event each: create the connector's logical replication slot
 exporting its snapshot, COPY every matching table in that snapshot, bulk_insert it through the
-coordinator into the table the writer would create (Debezium 'r' rows at the slot's LSN), and print a
+coordinator into the table the writer would create (Debezium 'r' rows with _event_lsn 0, so every
+streamed change wins over them; the slot's LSN is kept in the commit), and print a
 JSON summary on stdout whose "debezium" entry is the connector configuration to start it with
 (snapshot.mode=no_data, or a snapshot of the tables COPY cannot load exactly). `inlet stack up` does
 this itself (--initial-load copy).

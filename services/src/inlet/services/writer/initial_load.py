@@ -16,8 +16,12 @@ from the exact point the bulk read saw, and so does this module:
    ``MicroDuration`` arithmetic for intervals, JSON for arrays), parsed by Arrow's CSV reader.
 3. The rows are written with ``bulk_insert`` through the coordinator into the Hudi table the writer
    would have created (same path, record key, ordering field, options and column types), as
-   Debezium ``r`` (read) rows whose ``_event_lsn`` is the consistent point: every change streamed
-   afterwards has a larger LSN, so with EVENT_TIME_ORDERING it wins over the loaded row.
+   Debezium ``r`` (read) rows whose ``_event_lsn`` is :data:`~inlet.services.writer.rows.SNAPSHOT_ORDERING`
+   (0), as the writer stores Debezium's own snapshot reads: with EVENT_TIME_ORDERING every change
+   streamed afterwards wins over the loaded row. Not the consistent point: a transaction that began
+   between the snapshot builder's steps and is still open at the consistent point is not in the
+   snapshot, and streams when it commits with change LSNs *below* the consistent point. The commit
+   records the consistent point in its extraMetadata (``inlet.initial_load.lsn``).
 4. Debezium then starts on the existing slot without a data snapshot (``snapshot.mode=no_data``)
    for the loaded tables and streams from the consistent point. Tables this module cannot load (no
    primary key, a column type without a rendering here) are left to Debezium's own snapshot
@@ -67,10 +71,13 @@ from inlet.services.writer.rows import (
     OP_COL,
     PROCESSED_TS_COL,
     SHARD_COL,
+    SNAPSHOT_ORDERING,
     arrow_type,
 )
 
 log = logging.getLogger("inlet.writer.initial_load")
+
+LOAD_LSN_KEY = "inlet.initial_load.lsn"  # extraMetadata of a load commit: the slot's consistent point
 
 _EPOCH_US = "(extract(epoch from {c}) * 1000000)::int8"
 # timestamps: PostgreSQL's infinities as the int64 bounds (as the CDC consumer decodes them); one
@@ -388,7 +395,8 @@ def _read_or_refuse(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Pat
 
 
 def with_event_columns(data: pa.Table, lsn: int, shard: str | None) -> pa.Table:
-    """The writer's Debezium columns for snapshot reads: op ``r`` at the consistent point's LSN."""
+    """The writer's Debezium columns for snapshot reads: op ``r`` with ``_event_lsn`` = ``lsn`` (the
+    load's rows: :data:`SNAPSHOT_ORDERING`; ``inlet verify --repair``'s: its repair point)."""
     n = data.num_rows
     values: dict[str, Any] = {
         OP_COL: "r",
@@ -491,7 +499,7 @@ def load(
                             reason=str(e),
                         )
                         continue
-                    data = with_event_columns(rows, snap.lsn, topic_prefix)
+                    data = with_event_columns(rows, SNAPSHOT_ORDERING, topic_prefix)
                     table_id = f"{topic_prefix}.{schema}.{table}"
                     settings = tables.settings_for(rules, table_id)
                     path = tables.ensure_table(
@@ -502,7 +510,9 @@ def load(
                     )
                     op = "bulk_insert" if hudi.schema() is None else "insert_overwrite_table"
                     if data.num_rows or op != "bulk_insert":
-                        hudi.write(data, op, dict(settings.options))
+                        hudi.write(
+                            data, op, dict(settings.options), extra_metadata={LOAD_LSN_KEY: str(snap.lsn)}
+                        )
                     result = LoadResult(table_id, path, data.num_rows, round(time.monotonic() - started, 3))
                     summary.loaded.append(result)
                     log_event(log, logging.INFO, "initial load: table loaded", **dataclasses.asdict(result))

@@ -31,6 +31,19 @@ plus ``_hoodie_is_deleted``. Deletes are rows with ``_hoodie_is_deleted = true``
 (and the ``before`` image when sent), so one upsert orders inserts, deletes and re-inserts of a key by
 ``_event_lsn`` (EVENT_TIME_ORDERING). An UPDATE whose key changed also deletes the old key.
 
+Snapshot reads (Debezium ``r`` events, and the COPY initial load's rows) carry
+:data:`SNAPSHOT_ORDERING` (0) as ``_event_lsn``, not the snapshot's LSN, so they lose to every
+streamed change of their key whatever its LSN: a transaction still open at a snapshot's point is
+missing from the snapshot and streams when it commits, with change LSNs *below* that point
+(PostgreSQL's snapshot builder becomes consistent in steps; one that began between them is decoded
+whole yet invisible to the exported snapshot). Between streamed changes the LSN decides; between two
+snapshot reads of a key the later write wins (Hudi's tie rule). Debezium's incremental (signal-based)
+snapshots, which Inlet does not configure but a connector may, are ``r`` events too and get 0 as well:
+a chunk row whose key changed in the chunk's window is dropped by Debezium, and a change the chunk
+missed because its transaction was still open streams after the row with a lower LSN and must win.
+So an incremental snapshot fills keys the lake lacks but never overwrites a row the stream wrote (to
+resynchronise a lake that drifted, ``inlet verify --repair`` writes at a real LSN).
+
 TOAST: an ``Unchanged`` value takes the key's previous value from earlier in the same batch when there
 is one; otherwise a string/bytes column gets Debezium's placeholder ``__debezium_unavailable_value``,
 which Hudi's FILL_UNAVAILABLE partial update (and Inlet's reader and compaction) replace with the
@@ -63,6 +76,8 @@ LSN_COL = "_event_lsn"
 XMIN_COL = "_event_xmin"
 DELETED_COL = IS_DELETED_COLUMN
 SYNTHETIC_KEY_COL = "_inlet_record_key"  # tables without a primary key: the event's record key
+#: ``_event_lsn`` of a snapshot read: below every LSN, so any streamed change of the key wins over it
+SNAPSHOT_ORDERING = 0
 
 META_FIELDS: tuple[pa.Field, ...] = (
     pa.field(OP_COL, pa.string()),
@@ -301,7 +316,7 @@ def to_arrow(
             SHARD_COL: ev.table_id.split(".", 1)[0] if ev.table_id else None,
             ORIGIN_TS_COL: src.source_ts_ms or None,
             TX_ID_COL: src.tx_id or None,
-            LSN_COL: src.lsn,
+            LSN_COL: SNAPSHOT_ORDERING if ev.op == pb.OPERATION_READ else src.lsn,
             XMIN_COL: src.xmin or None,
             DELETED_COL: deleted,
         }
