@@ -30,6 +30,10 @@ from inlet.services.coordinator_client.client import CoordinatorClient, GrpcComm
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 from inlet.services.stack.metastore import EmbeddedMetastore
 
+# Tansu holds a group's first join for about half the session timeout, and a member that died
+# unannounced (SIGKILL) for a full one more: a short session keeps each join of the service ~1 s
+QUICK_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
+
 
 @pytest.fixture
 def coordinator(events_coordinator: RunningServer) -> RunningServer:
@@ -88,7 +92,7 @@ def test_service_follows_commits_and_survives_a_metastore_outage(
                 retry_initial_s=0.5,
                 retry_max_s=2.0,
                 metastore_timeout_s=10.0,
-                kafka={k: v for k, v in TEST_CONSUMER_SETTINGS.items()},
+                kafka={**TEST_CONSUMER_SETTINGS, **QUICK_GROUP},
             )
             service = CatalogSyncService(config)
             thread = threading.Thread(target=service.run, args=(stop,), daemon=True)
@@ -179,7 +183,9 @@ def test_catalog_run_cli_serves_metrics_and_health(
             "--coalesce",
             "0.2",
             "--kafka-option",
-            "session.timeout.ms=6000",
+            f"session.timeout.ms={QUICK_GROUP['session.timeout.ms']}",
+            "--kafka-option",
+            f"heartbeat.interval.ms={QUICK_GROUP['heartbeat.interval.ms']}",
             "--kafka-option",
             "fetch.wait.max.ms=100",
         ],
@@ -246,7 +252,9 @@ def _run_service(
             "--option",
             "hoodie.datasource.hive_sync.batch_num=1",  # one partition per call: a long sync
             "--kafka-option",
-            "session.timeout.ms=6000",
+            f"session.timeout.ms={QUICK_GROUP['session.timeout.ms']}",
+            "--kafka-option",
+            f"heartbeat.interval.ms={QUICK_GROUP['heartbeat.interval.ms']}",
             "--kafka-option",
             "fetch.wait.max.ms=100",
         ],

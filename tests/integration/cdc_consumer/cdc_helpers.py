@@ -34,7 +34,12 @@ if not RECORDED.is_file():  # the shared test data sits beside the repository
 
 RECORDED_PREFIX = "dbserver1"
 VENV_INLET = Path(sys.executable).parent / "inlet"
-FAST_CONSUMER = [f"{k}={v}" for k, v in TEST_CONSUMER_SETTINGS.items() if k != "auto.offset.reset"]
+# Tansu holds a group's first join for about half the session timeout, and a member that died
+# unannounced (SIGKILL) for a full one more: a short session keeps each join of the service ~1 s
+QUICK_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
+FAST_CONSUMER = [
+    f"{k}={v}" for k, v in {**TEST_CONSUMER_SETTINGS, **QUICK_GROUP}.items() if k != "auto.offset.reset"
+]
 
 
 @dataclass(frozen=True)

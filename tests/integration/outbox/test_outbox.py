@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Consumer, Message
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 from inlet.proto.events.v1 import events_pb2
 from inlet.proto.hudi.v1 import commit_pb2
@@ -121,7 +121,10 @@ def interleaved(tables: dict[str, int]) -> list[events_pb2.CommitEvent]:
 def consume(
     bootstrap: str, topic: str, count: int, timeout_s: float = 30.0, linger_s: float = 1.0
 ) -> list[Message]:
-    """``count`` messages from the start of ``topic`` (new group), then ``linger_s`` more for extras."""
+    """``count`` messages from the start of every partition of ``topic``, then ``linger_s`` more for extras.
+
+    The partitions are assigned directly: a consumer group's join would add seconds and prove nothing here.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -130,10 +133,16 @@ def consume(
             **TEST_CONSUMER_SETTINGS,
         }
     )
-    consumer.subscribe([topic])
     got: list[Message] = []
     deadline = time.monotonic() + timeout_s
     try:
+        while True:  # the topic exists once something was published to it
+            meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                break
+            assert time.monotonic() < deadline, f"topic {topic} does not exist"
+            time.sleep(0.2)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
         while len(got) < count and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:

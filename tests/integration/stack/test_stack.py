@@ -219,6 +219,9 @@ def consume(
             "group.id": f"test-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             **TEST_CONSUMER_SETTINGS,
+            # Tansu holds a group's first join for about half the session timeout: ~1 s, not 3
+            "session.timeout.ms": 2000,
+            "heartbeat.interval.ms": 500,
         }
     )
     consumer.subscribe([topic])
