@@ -59,7 +59,7 @@ def _outputs(bootstrap: str, topics: list[str], min_count: int) -> list:  # type
 
 def test_sigkill_mid_stream_then_restart_loses_nothing(kafka_server: EmbeddedKafka, tmp_path: Path) -> None:
     prefix = unique_prefix()
-    records, topics = _stream(prefix, 4000)
+    records, topics = _stream(prefix, 2000)
     for t in topics:
         kafka_server.create_topic(t, partitions=1)
     produce(kafka_server.bootstrap, records)
@@ -107,7 +107,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(kafka_server: EmbeddedKaf
                 for t, n in Counter(r.topic for r in records).items()
             ),
             timeout_s=120,
-            every_s=1.0,
+            every_s=0.3,
         )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -124,7 +124,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(kafka_server: EmbeddedKaf
 
 def test_sigterm_commits_and_a_restart_repeats_nothing(kafka_server: EmbeddedKafka, tmp_path: Path) -> None:
     prefix = unique_prefix()
-    records, topics = _stream(prefix, 3000)
+    records, topics = _stream(prefix, 1000)
     for t in topics:
         kafka_server.create_topic(t, partitions=1)
     produce(kafka_server.bootstrap, records)
@@ -150,7 +150,7 @@ def test_sigterm_commits_and_a_restart_repeats_nothing(kafka_server: EmbeddedKaf
         wait_for(
             lambda: (
                 sum(metric_value(scrape(address), "inlet_cdc_events_in_total", topic=t) or 0 for t in topics)
-                >= 500
+                >= 200
             )
         )
         proc.send_signal(signal.SIGTERM)  # mid-stream; no periodic commit has happened yet
@@ -166,7 +166,7 @@ def test_sigterm_commits_and_a_restart_repeats_nothing(kafka_server: EmbeddedKaf
     assert max(first_sources.values()) == 1
 
     log2 = tmp_path / "run2.log"
-    proc = spawn_cli([*args[:-1], "200"], log2)
+    proc = spawn_cli([*args[:-8], "--commit-interval-ms", "200"], log2)  # full speed now
     try:
         serving_address(proc, log2)
         wait_for(
@@ -175,7 +175,7 @@ def test_sigterm_commits_and_a_restart_repeats_nothing(kafka_server: EmbeddedKaf
                 for t, n in Counter(r.topic for r in records).items()
             ),
             timeout_s=120,
-            every_s=1.0,
+            every_s=0.3,
         )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
