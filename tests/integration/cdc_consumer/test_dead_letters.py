@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import subprocess
 from typing import Any
 
+import pytest
 from cdc_helpers import (
     VENV_INLET,
     make_config,
@@ -20,6 +22,7 @@ from cdc_helpers import (
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer.decode import Decoder
+from inlet.services.cli.main import main
 from inlet.services.stack import EmbeddedKafka
 
 BUG_MARKER = b'{"trigger":"decoder bug"}'
@@ -36,7 +39,23 @@ class BuggyDecoder(Decoder):
         return super().decode(topic, partition, offset, key, value, headers)
 
 
-def test_bad_records_go_to_the_dead_letters_with_their_reason(kafka_server: EmbeddedKafka) -> None:
+def _inlet(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``inlet <args>`` through the CLI's ``main`` in this process: exit status, stdout, stderr."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    finally:  # main configures the root logger for the command: put the test's back
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_bad_records_go_to_the_dead_letters_with_their_reason(
+    kafka_server: EmbeddedKafka, capsys: pytest.CaptureFixture[str]
+) -> None:
     prefix = unique_prefix()
     topic = f"{prefix}.public.customers"
     kafka_server.create_topic(topic, partitions=1)
@@ -69,8 +88,9 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(kafka_server: Embe
     config = make_config(kafka_server.bootstrap, prefix, topics=(topic,), topic_pattern=None)
     dlq = config.dlq_topic
     with running(config, decoder=BuggyDecoder(value_format="auto")) as service:
-        out = read_all(kafka_server.bootstrap, [f"inlet.changes.{topic}"], min_count=6)
-        dead = read_all(kafka_server.bootstrap, [dlq], min_count=5)
+        both = read_all(kafka_server.bootstrap, [f"inlet.changes.{topic}", dlq], min_count=6 + 5)
+        out = [o for o in both if o.topic != dlq]
+        dead = [o for o in both if o.topic == dlq]
         import urllib.request
 
         metrics = (
@@ -103,7 +123,8 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(kafka_server: Embe
     assert metric_value(metrics, "inlet_cdc_dead_letters_total", error_class="DecodeError") == 4
     assert metric_value(metrics, "inlet_cdc_dead_letters_total", error_class="RuntimeError") == 1
 
-    # inlet dlq show lists them: text, then JSON with the full original bytes
+    # inlet dlq show lists them: text (the real executable), then JSON with the full original bytes
+    # and a missing topic (the same CLI code, in this process)
     text = subprocess.run(
         [
             str(VENV_INLET),
@@ -124,36 +145,28 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(kafka_server: Embe
     assert "5 dead letters" in text.stdout
     assert f"{topic}[0]@7  DecodeError: column 'id': expected int32" in text.stdout
     assert '{\\"schema\\": {\\"type\\": \\"struct\\", ' in text.stdout  # the preview of the malformed value
-    js = subprocess.run(
-        [
-            str(VENV_INLET),
-            "dlq",
-            "show",
-            "--bootstrap",
-            kafka_server.bootstrap,
-            "--topic",
-            dlq,
-            "--json",
-            "--idle-ms",
-            "1000",
-            "--limit",
-            "4",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    code, stdout, stderr = _inlet(
+        capsys,
+        "dlq",
+        "show",
+        "--bootstrap",
+        kafka_server.bootstrap,
+        "--topic",
+        dlq,
+        "--json",
+        "--idle-ms",
+        "1000",
+        "--limit",
+        "4",
     )
-    assert js.returncode == 0, js.stderr
-    rows = [json.loads(line) for line in js.stdout.splitlines()]
+    assert code == 0, stderr
+    rows = [json.loads(line) for line in stdout.splitlines()]
     assert len(rows) == 4
     for row in rows:
         original = {1: bad[0], 3: bad[1], 5: bad[2], 7: bad[3], 9: bad[4]}[row["source_offset"]]
         assert base64.b64decode(row["value"]) == original[2]
         assert row["source_topic"] == topic and row["source_partition"] == 0
-    missing = subprocess.run(
-        [str(VENV_INLET), "dlq", "show", "--bootstrap", kafka_server.bootstrap, "--topic", dlq + ".none"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    code, _, stderr = _inlet(
+        capsys, "dlq", "show", "--bootstrap", kafka_server.bootstrap, "--topic", dlq + ".none"
     )
-    assert missing.returncode == 1 and "no dead-letter topic" in missing.stderr
+    assert code == 1 and "no dead-letter topic" in stderr
