@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 
 from cdc_helpers import (
+    FAST_CONSUMER,
     InRecord,
     committed,
     make_config,
@@ -27,6 +28,13 @@ from cdc_helpers import (
 )
 
 from inlet.services.stack import EmbeddedKafka
+
+# librdkafka backs off reconnecting up to 10 s by default: the test's clients retry a returned
+# broker within a second
+QUICK_RECONNECT = {
+    "consumer_options": [*FAST_CONSUMER, "reconnect.backoff.max.ms=1000"],
+    "producer_options": ["reconnect.backoff.max.ms=1000"],
+}
 
 
 def _changes(prefix: str, n: int) -> list[InRecord]:
@@ -61,7 +69,8 @@ def test_output_broker_outage_loses_nothing_consumed(kafka_server: EmbeddedKafka
             topics=(topic,),
             topic_pattern=None,
             output_bootstrap=out.bootstrap,
-            commit_interval_ms=200,
+            commit_interval_ms=100,
+            **QUICK_RECONNECT,
         )
         with running(config) as service:
             address = service.metrics_address
@@ -75,7 +84,7 @@ def test_output_broker_outage_loses_nothing_consumed(kafka_server: EmbeddedKafka
             # the service consumes the new records, cannot deliver them, and commits none of them
             wait_for(lambda: metric_value(scrape(address), "inlet_cdc_events_in_total", topic=topic) == 500)
             wait_for(lambda: _health(address)[0] == 503, timeout_s=30)
-            time.sleep(2.0)  # several commit intervals
+            time.sleep(1.0)  # ten commit intervals
             assert committed(kafka_server.bootstrap, config.group, topic)[0] == 200
             assert (metric_value(scrape(address), "inlet_cdc_pending_outputs") or 0) > 0
 
@@ -102,7 +111,12 @@ def test_single_broker_outage_then_resume(tmp_path: object) -> None:
         broker.create_topic(topic, partitions=1)
         produce(broker.bootstrap, _changes(prefix, 100))
         config = make_config(
-            broker.bootstrap, prefix, topics=(topic,), topic_pattern=None, commit_interval_ms=200
+            broker.bootstrap,
+            prefix,
+            topics=(topic,),
+            topic_pattern=None,
+            commit_interval_ms=200,
+            **QUICK_RECONNECT,
         )
         with running(config) as service:
             address = service.metrics_address
