@@ -3,7 +3,6 @@ table (and completes under its fencing token); NBCC tables take several writers 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -29,13 +28,19 @@ def test_occ_batches_wait_for_the_writer_lease_nbcc_ones_do_not(
     index = "simple" if table_type == "COPY_ON_WRITE" else "bucket"  # MOR + bucket = NBCC
     cfg.write_text(f'[{{"match": "{prefix}.*", "table_type": "{table_type}", "index": "{index}"}}]')
     produce(kafka_bootstrap, src.topic, [src.insert(id=i, name="a", note="x", amount=i) for i in range(3)])
-    start_writer(table_config=str(cfg), lease_wait_ms=200)
+    w = start_writer(table_config=str(cfg), lease_wait_ms=200)
     path = _path(lake, src)
     wait_for(lambda: read_rows(path, COLS, ["id"]) == src.expected(COLS), what="first batch")
 
     client = CoordinatorClient(coordinator.address)
     try:  # another worker holds the table's writer lease
         other = client.acquire_lock(src.table_id, "other-worker", lease_ms=60_000, lock_name=WRITER_LOCK)
+
+        def tries_refused() -> float:
+            labels = {"table": src.table_id}
+            return w.writer.metrics.registry.get_sample_value("inlet_writer_retries_total", labels) or 0.0
+
+        refused_before = tries_refused()
         before = src.expected(COLS)
         produce(
             kafka_bootstrap, src.topic, [src.insert(id=i, name="b", note="y", amount=i) for i in range(3, 6)]
@@ -43,7 +48,8 @@ def test_occ_batches_wait_for_the_writer_lease_nbcc_ones_do_not(
         if table_type == "MERGE_ON_READ":  # NBCC: writers do not exclude each other
             wait_for(lambda: read_rows(path, COLS, ["id"]) == src.expected(COLS), what="NBCC batch")
             return
-        time.sleep(3)  # several tries of the batch, each refused the lease
+        # several tries of the batch, each refused the lease
+        wait_for(lambda: tries_refused() >= refused_before + 3, what="three refused tries")
         assert read_rows(path, COLS, ["id"]) == before, "an OCC batch was written without the lease"
         client.release_lock(src.table_id, other.lock_id)
         wait_for(lambda: read_rows(path, COLS, ["id"]) == src.expected(COLS), what="batch after release")

@@ -57,15 +57,23 @@ def test_schema_evolution_and_incompatible_change_pauses_only_that_table(
         lambda: (w.writer.health()[1]["tables"].get(bad.table_id) or {}).get("error"),
         what="bad table error in health",
     )
+
+    def bad_retries() -> float:
+        sample = w.writer.metrics.registry.get_sample_value(
+            "inlet_writer_retries_total", {"table": bad.table_id}
+        )
+        return sample or 0.0
+
+    retries = bad_retries()
+    assert retries
     ok, details = w.writer.health()
     assert ok and details["degraded"]
     assert "amount" in details["tables"][bad.table_id]["error"]
     assert details["tables"][bad.table_id]["state"] == "paused"
     produce(kafka_bootstrap, good.topic, [good.update(id=1, name="a2", note="x", amount=5, email="a@x")])
     wait_for(lambda: read_rows(gpath, cols_of(good), ["id"]) == good.expected(), what="good keeps going")
-    time.sleep(
-        1.5
-    )  # the bad table retries (error_retry_s=1) and stays paused; nothing is committed or skipped
+    # the bad table retries (error_retry_s=1) and stays paused; nothing is committed or skipped
+    wait_for(lambda: bad_retries() > retries, what="the bad table to be retried")
     assert len(commits(bpath)) == bad_commits
     assert read_rows(bpath, ["id", "name", "note", "amount"], ["id"]) == bad_before
     assert parse_checkpoint(commits(bpath)[-1][2][CHECKPOINT_KEY]) == (bad.topic, {0: 1})
@@ -76,7 +84,7 @@ def test_batches_never_split_a_source_transaction(start_writer, kafka_server, ka
     src = Source(prefix)
     parts = 2
     kafka_server.create_topic(src.topic, partitions=parts)
-    start_writer(batch_interval_ms=200, transaction_hold_ms=60000)
+    w = start_writer(batch_interval_ms=200, transaction_hold_ms=60000)
     path = table_path(lake, src)
     # a first, complete transaction creates the table
     produce(
@@ -99,7 +107,13 @@ def test_batches_never_split_a_source_transaction(start_writer, kafka_server, ka
     ]
     produce(kafka_bootstrap, src.topic, first, partitions=parts)
     produce(kafka_bootstrap, src.topic, [src.end("t1", 4)], partitions=parts)
-    time.sleep(2.0)  # many batch intervals: nothing of t1 may be committed yet
+    # the writer holds t1's three changes, and for many batch intervals commits nothing of them
+    buffered = w.writer.metrics.registry.get_sample_value
+    wait_for(
+        lambda: buffered("inlet_writer_buffered_records", {"table": src.table_id}) == 3,
+        what="t1's changes consumed and held",
+    )
+    time.sleep(1.0)  # five batch intervals
     assert len(commits(path)) == n0
     assert read_rows(path, ["id"], ["id"]) == [{"id": 100}]
     last = src.change(pb.OPERATION_CREATE, after={"id": 3, "name": "t1", "note": "", "amount": 3}, tx="t1")
