@@ -138,6 +138,9 @@ def consumer(bootstrap: str, group: str) -> Consumer:
             "group.id": group,
             "enable.auto.commit": False,
             **TEST_CONSUMER_SETTINGS,
+            # Tansu holds a group's first join for about half the session timeout: ~1 s, not 3
+            "session.timeout.ms": 2000,
+            "heartbeat.interval.ms": 500,
         }
     )
 
@@ -187,61 +190,6 @@ def wait_until_gone(pid: int, timeout_s: float = 5.0) -> None:
 # -- EmbeddedS3 --------------------------------------------------------------------------------
 
 
-def test_s3_keeps_objects_across_restart_listens_on_loopback_only_and_stops_clean(tmp_path: Path) -> None:
-    base = tmp_path / "s3"
-    server = EmbeddedS3(base)
-    server.start()
-    port, pid, ports = server.port, server.pid, server.ports
-    assert pid is not None and server.endpoint == f"http://127.0.0.1:{port}"
-    try:
-        listeners = tcp_listeners(pid)
-        # every port it opens (S3, master, volume, filer, and their gRPC ports) is on loopback
-        assert {address for address, _ in listeners} == {"127.0.0.1"}, listeners
-        assert {p for _, p in listeners} == set(ports) and len(ports) == 8
-        ip = outward_ip()
-        if ip is not None:
-            with pytest.raises(OSError):
-                socket.create_connection((ip, port), timeout=1).close()
-
-        server.create_bucket("kept")
-        server.create_bucket("kept")  # exists: fine
-        assert server.buckets() == ["kept"]
-        fs = server.storage("kept").filesystem()
-        with fs.open_output_stream("kept/dir/object.bin") as out:
-            out.write(b"survives restart" * 1000)
-
-        # requests need the configured credentials
-        wrong = S3Storage(server.endpoint, "kept", server.access_key, "not-the-secret").filesystem()
-        with pytest.raises(OSError):
-            wrong.get_file_info(pafs.FileSelector("kept"))
-        anonymous = pafs.S3FileSystem(anonymous=True, endpoint_override=f"127.0.0.1:{port}", scheme="http")
-        with pytest.raises(OSError):
-            anonymous.get_file_info(pafs.FileSelector("kept"))
-    finally:
-        server.stop()
-    wait_until_gone(pid)
-    assert not Path(f"/proc/{pid}").exists()
-    assert all(refused(p) for p in ports)
-    assert processes_mentioning(str(base)) == []
-    assert not any(
-        Path(f"/tmp/seaweedfs-{role}-grpc-{p}.sock").exists()
-        for role in ("master", "volume", "filer", "s3")
-        for p in ports
-    )
-    assert (base / "data").is_dir() and stat.S_IMODE((base / "s3.json").stat().st_mode) == 0o600
-
-    again = EmbeddedS3(base, port=port)
-    with again:
-        assert again.port == port
-        fs = again.filesystem()
-        with fs.open_input_stream("kept/dir/object.bin") as src:
-            assert src.read() == b"survives restart" * 1000
-        assert again.buckets() == ["kept"]
-        again_ports = again.ports
-    assert all(refused(p) for p in again_ports)
-    assert processes_mentioning(str(base)) == []
-
-
 def test_s3_temporary_directory_is_removed_and_fixed_busy_port_is_a_clear_error() -> None:
     server = EmbeddedS3()
     with server:
@@ -278,9 +226,55 @@ def s3_server(s3_dir: Path) -> Iterator[EmbeddedS3]:
         server.stop()
 
 
+def check_s3_serves_loopback_only_with_credentials(server: EmbeddedS3) -> None:
+    """Every port is on loopback; a bucket and an object are made; requests need the credentials."""
+    port, pid, ports = server.port, server.pid, server.ports
+    assert pid is not None and server.endpoint == f"http://127.0.0.1:{port}"
+    listeners = tcp_listeners(pid)
+    # every port it opens (S3, master, volume, filer, and their gRPC ports) is on loopback
+    assert {address for address, _ in listeners} == {"127.0.0.1"}, listeners
+    assert {p for _, p in listeners} == set(ports) and len(ports) == 8
+    ip = outward_ip()
+    if ip is not None:
+        with pytest.raises(OSError):
+            socket.create_connection((ip, port), timeout=1).close()
+
+    server.create_bucket("kept")
+    server.create_bucket("kept")  # exists: fine
+    assert server.buckets() == ["kept"]
+    fs = server.storage("kept").filesystem()
+    with fs.open_output_stream("kept/dir/object.bin") as out:
+        out.write(b"survives restart" * 1000)
+
+    # requests need the configured credentials
+    wrong = S3Storage(server.endpoint, "kept", server.access_key, "not-the-secret").filesystem()
+    with pytest.raises(OSError):
+        wrong.get_file_info(pafs.FileSelector("kept"))
+    anonymous = pafs.S3FileSystem(anonymous=True, endpoint_override=f"127.0.0.1:{port}", scheme="http")
+    with pytest.raises(OSError):
+        anonymous.get_file_info(pafs.FileSelector("kept"))
+
+
+def check_s3_stopped_clean(base: Path, pid: int, ports: list[int]) -> None:
+    """No process, port or gRPC socket left; the data and the 0600 credentials file stay."""
+    wait_until_gone(pid)
+    assert not Path(f"/proc/{pid}").exists()
+    assert all(refused(p) for p in ports)
+    assert processes_mentioning(str(base)) == []
+    assert not any(
+        Path(f"/tmp/seaweedfs-{role}-grpc-{p}.sock").exists()
+        for role in ("master", "volume", "filer", "s3")
+        for p in ports
+    )
+    assert (base / "data").is_dir() and stat.S_IMODE((base / "s3.json").stat().st_mode) == 0o600
+
+
 def test_s3_backed_broker_keeps_topics_records_and_group_offsets_across_restarts(
     s3_server: EmbeddedS3, s3_dir: Path, tmp_path: Path
 ) -> None:
+    """Also EmbeddedS3 itself: loopback only, credentials, a clean stop, objects kept across a restart
+    (the restart of step 2 below)."""
+    check_s3_serves_loopback_only_with_credentials(s3_server)
     storage = s3_server.storage("tansu")
     log = tmp_path / "tansu.log"
     broker = EmbeddedKafka(storage=storage, log_path=log)
@@ -329,21 +323,29 @@ def test_s3_backed_broker_keeps_topics_records_and_group_offsets_across_restarts
     assert refused(port)
 
     # 2. `inlet stack down` + `up`: the S3 server restarts on its directory too, then the broker
-    s3_port = s3_server.port
+    s3_port, s3_pid, s3_ports = s3_server.port, s3_server.pid, s3_server.ports
+    assert s3_pid is not None
     s3_server.stop()
+    check_s3_stopped_clean(s3_dir, s3_pid, s3_ports)
     # (as the stack builds them: the bucket is named before the S3 server runs, created at broker start)
     s3_again = EmbeddedS3(s3_dir, port=s3_port)
     third = EmbeddedKafka(port=port, storage=kafka_storage(s3_again, "tansu"), log_path=log)
     with pytest.raises(StackError, match="not running"):
         third.start()
     with s3_again:
+        assert s3_again.port == s3_port
         assert s3_again.location("tansu") == storage
+        # the objects and buckets made before the restart are still there
+        with s3_again.filesystem().open_input_stream("kept/dir/object.bin") as src:
+            assert src.read() == b"survives restart" * 1000
+        assert s3_again.buckets() == ["kept", "tansu"]
+        s3_again_ports = s3_again.ports
         with third:
             check_resumed(third, topic, group, delivered, positions)
             extra = produce(third.bootstrap, topic, [(b"key-0", b"after-full-restart")])
             [(p, [(offset, _, _)])] = extra.items()
             assert offset == len(delivered[p])
-    assert refused(port) and refused(s3_port)
+    assert refused(port) and all(refused(p) for p in s3_again_ports)
     assert processes_mentioning(f"tcp://127.0.0.1:{port}") == []
     assert processes_mentioning(str(s3_dir)) == []
 
