@@ -139,8 +139,8 @@ def test_bad_database_names_are_refused(postgres_server: EmbeddedPostgres, bad: 
         postgres_server.create_database(bad)
 
 
-def test_own_server_listens_only_on_loopback_and_stops_clean(tmp_path: Path) -> None:
-    base = tmp_path / "pg"
+def test_own_server_listens_only_on_loopback_and_stops_clean(server_dir: Path) -> None:
+    base = server_dir / "pg"
     server = EmbeddedPostgres(base, fsync=False)
     server.start()
     try:
