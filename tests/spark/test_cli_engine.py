@@ -1,7 +1,8 @@
 """``inlet write|read|compaction run --engine spark``: the CLI's operations as Spark jobs.
 
 In-process runs use the session fixture's active Spark session (the CLI leaves an active session
-running); one subprocess run proves the CLI starts and stops a session of its own from flags.
+running). That a CLI process starts and stops a session of its own from the environment is proven
+in test_spark_write_faults.py (its subprocess runs the CLI first, sharing the JVM start).
 """
 
 from __future__ import annotations
@@ -87,25 +88,19 @@ def test_write_read_compact_with_the_spark_engine(
     assert {r["id"]: (r["city"], r["fare"]) for r in local} == want
 
 
-@pytest.mark.slow
-def test_cli_process_runs_its_own_spark_session(tmp_path: Path) -> None:
+def test_cli_process_refuses_a_bad_spark_conf(tmp_path: Path) -> None:
+    """The ``inlet`` executable: a malformed --spark-conf is a one-line usage error (exit 2).
+
+    That a CLI process starts a session of its own from INLET_ENGINE / INLET_SPARK_MASTER, writes
+    and stops it is proven in tests/spark/test_spark_write_faults.py, whose subprocess runs the CLI
+    before its own session (one JVM start for both)."""
     path = str(tmp_path / "t")
-    data = tmp_path / "in.parquet"
-    pq.write_table(pa.table({"id": [1, 2], "v": ["a", "b"]}), data)
     subprocess.run([INLET, "table", "create", path, "--name", "t", "--record-key", "id"], check=True)
     env_master = {
         **os.environ,
         "INLET_SPARK_MASTER": "local[1]",
         "INLET_ENGINE": "spark",
     }
-    done = subprocess.run(
-        [INLET, "write", path, "--op", "insert", "--input", str(data)],
-        capture_output=True, text=True, env=env_master, timeout=600,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    summary = json.loads(done.stdout)
-    assert summary["inserts"] == 2
-    assert sorted(r["id"] for r in HudiTable.open(path).read().to_pylist()) == [1, 2]
     bad = subprocess.run(
         [INLET, "read", path, "--engine", "spark", "--spark-conf", "not-a-pair"],
         capture_output=True, text=True, env=env_master, timeout=120,

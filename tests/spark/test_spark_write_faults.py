@@ -12,6 +12,11 @@ failed tasks are retried, as on a cluster) and ``spark.driver.maxResultSize=1m``
   than 1 MiB of task results (checked: collecting the input fails), yet writes of a ~40 MB
   DataFrame generated on the executors (bulk insert, a simple-index upsert joining every key,
   a bucket-index Merge-on-Read upsert) succeed. Collecting or broadcasting the data would fail.
+
+Before its own session, the same process runs ``inlet write`` (the CLI's ``main``) with no Spark
+session yet: **the CLI starts a session of its own** from ``INLET_ENGINE`` / ``INLET_SPARK_MASTER``
+/ ``INLET_SPARK_CONF``, writes, and stops it (moved here from tests/spark/test_cli_engine.py so the
+two share one JVM start; the JVM keeps the CLI's ``spark.driver.memory``, hence 2g there).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hudi import HudiReadOptions, HudiTableBuilder
 
@@ -35,22 +41,38 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 JOB = """
-import json, logging, sys
+import contextlib, io, json, logging, sys
 sys.path.insert(0, sys.argv[1])
-logging.basicConfig(stream=sys.stderr, format="%(name)s %(message)s")
+base = sys.argv[2]
+out = {}
+
+# ---- the CLI with no session in the process: it starts one from the environment and stops it
+from pyspark import SparkContext
+from inlet.services.cli.main import main as cli
+
+cli_table = base + "/cli"
+assert cli(["table", "create", cli_table, "--name", "t", "--record-key", "id"]) == 0
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    code = cli(["write", cli_table, "--op", "insert", "--input", sys.argv[3]])
+out["cli"] = {
+    "code": code,
+    "stdout": printed.getvalue(),
+    "stopped": SparkContext._active_spark_context is None,
+}
+
+logging.basicConfig(stream=sys.stderr, format="%(name)s %(message)s", force=True)
 logging.getLogger("inlet.core").setLevel(logging.INFO)
 from conftest import spark_builder
 
-base = sys.argv[2]
 spark = (
     spark_builder(master="local[2,3]", app="inlet-faults")
     .config("spark.driver.maxResultSize", "1m")
     .getOrCreate()
 )
+spark.sparkContext.setLogLevel("WARN")  # the CLI left its ERROR level on the JVM
 from pyspark.sql import functions as F
 from inlet.core import spark as inlet_spark
-
-out = {}
 
 
 def rows(start, n, version):
@@ -124,9 +146,18 @@ spark.stop()
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], str]:
     base = tmp_path_factory.mktemp("faults")
-    env = {k: v for k, v in os.environ.items() if k != "INLET_CRASH_AT"}
+    cli_input = base / "cli-input.parquet"
+    pq.write_table(pa.table({"id": [1, 2], "v": ["a", "b"]}), cli_input)
+    env = {k: v for k, v in os.environ.items() if k not in ("INLET_CRASH_AT", "INLET_SPARK_CONF")}
+    # the CLI's session: spark engine and master from the environment (no flags)
+    env.update(
+        SPARK_LOCAL_IP="127.0.0.1",
+        INLET_ENGINE="spark",
+        INLET_SPARK_MASTER="local[1]",
+        INLET_SPARK_CONF="spark.driver.memory=2g",
+    )
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(JOB), str(HERE), str(base)],
+        [sys.executable, "-c", textwrap.dedent(JOB), str(HERE), str(base), str(cli_input)],
         cwd=str(REPO),
         env=env,
         capture_output=True,
@@ -203,3 +234,17 @@ def test_nothing_proportional_to_the_data_passes_the_driver(job: tuple[Path, dic
         assert set(data.column("ver").to_pylist()) == {2}
         assert set(data.column("val").to_pylist()) == {"updated"}
     assert result["big_upsert"]["files"] and result["big_mor_upsert"]["files"]
+
+
+def test_the_cli_starts_and_stops_a_spark_session_of_its_own(job: tuple[Path, dict[str, Any], str]) -> None:
+    """``inlet write`` in a process without a session (moved from test_cli_engine.py): the engine
+    and the master come from INLET_ENGINE / INLET_SPARK_MASTER, and the session is stopped after."""
+    base, result, stderr = job
+    cli = result["cli"]
+    assert cli["code"] == 0, stderr[-4000:]
+    summary = json.loads(cli["stdout"])
+    assert summary["inserts"] == 2
+    assert cli["stopped"], "the CLI left its Spark session running"
+    table = HudiTable.open(str(base / "cli"))
+    assert sorted(r["id"] for r in table.read().to_pylist()) == [1, 2]
+    assert [i.action for i in table.timeline.completed_writes()] == ["commit"]
