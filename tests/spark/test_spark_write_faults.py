@@ -17,6 +17,10 @@ Before its own session, the same process runs ``inlet write`` (the CLI's ``main`
 session yet: **the CLI starts a session of its own** from ``INLET_ENGINE`` / ``INLET_SPARK_MASTER``
 / ``INLET_SPARK_CONF``, writes, and stops it (moved here from tests/spark/test_cli_engine.py so the
 two share one JVM start; the JVM keeps the CLI's ``spark.driver.memory``, hence 2g there).
+
+The job's writes run 2 tasks per stage (2 shuffle and default-parallelism partitions, was 4): the
+first attempt of every writing task dies and each death costs a Python worker restart, so fewer
+tasks prove the same thing faster (still two dying per write, on both threads at once).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ from conftest import spark_builder
 spark = (
     spark_builder(master="local[2,3]", app="inlet-faults")
     .config("spark.driver.maxResultSize", "1m")
+    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.default.parallelism", "2")
     .getOrCreate()
 )
 spark.sparkContext.setLogLevel("WARN")  # the CLI left its ERROR level on the JVM
