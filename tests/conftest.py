@@ -53,18 +53,23 @@ from inlet.services.stack import EmbeddedDebezium, EmbeddedKafka, EmbeddedPostgr
 #   before tests/spark's session starts (getOrCreate would hand one to the other), so they go first.
 # - "stack": the end-to-end replication tests and the demo, each starting whole stacks: one at a time.
 # Every other test module is its own unit (module-scoped fixtures such as a Debezium connector or a
-# metastore are started once).
+# metastore are started once), among them the Spark tests that run their JVMs in processes of their
+# own (no session in the worker): they run beside the session's tests, not after them.
 _GROUPS = (
     ("spark", ("tests/integration/catalog_sync/", "tests/spark/")),
     ("stack", ("tests/e2e/replication/", "tests/e2e/demo/")),
 )
+_OWN_JVMS = ("tests/spark/test_spark_cluster.py", "tests/spark/test_spark_write_faults.py")
 
 
 def _group_of(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    if module in _OWN_JVMS:
+        return module
     for group, prefixes in _GROUPS:
         if nodeid.startswith(prefixes):
             return group
-    return nodeid.split("::", 1)[0]
+    return module
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
