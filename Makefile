@@ -44,13 +44,15 @@ proto: install
 # whole-stack tests one each (tests/conftest.py), handed out longest first.
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST_ARGS ?=
 
+# --durations: every run lists its 25 slowest phases, so a test that grows shows up in CI's log.
 test: install check
-	$(VENV)/bin/python -m pytest -q $(PYTEST_PARALLEL) tests
+	$(VENV)/bin/python -m pytest -q $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS) tests
 
 # The edit loop: the unit and interoperability layers only (a few minutes).
 test-fast: install
-	$(VENV)/bin/python -m pytest -q $(PYTEST_PARALLEL) tests/unit tests/interop
+	$(VENV)/bin/python -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS) tests/unit tests/interop
 
 # Benchmarks compare Inlet with its peers (delta-rs, PyIceberg) in one run and print a table.
 bench: $(UV)
