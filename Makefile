@@ -43,7 +43,7 @@ proto: install
 # Two workers (this machine's cores); every test module is one work unit, the Spark tests and the
 # whole-stack tests one each (tests/conftest.py), handed out longest first.
 PYTEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --no-loadscope-reorder
 PYTEST_ARGS ?=
 
 # --durations: every run lists its 25 slowest phases, so a test that grows shows up in CI's log.

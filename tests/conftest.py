@@ -24,9 +24,9 @@ port, and are stopped (no process left) at the end of the session.
 Every ``conftest.py`` is imported as the module ``conftest``: import helpers from ``inlet`` packages,
 not from here.
 
-Parallel runs (``make test`` runs ``pytest -n 2 --dist loadgroup``): every test gets an ``xdist_group``
-so that tests sharing a module- or session-scoped component run in one worker (see
-:func:`pytest_collection_modifyitems`). Session fixtures start once per worker.
+Parallel runs (``make test`` runs ``pytest -n 2``): a work unit is a test module, or a group of them
+that shares a session-scoped component (:data:`_GROUPS`, :func:`pytest_xdist_make_scheduler`), so
+module-scoped components start once. Session fixtures start once per worker.
 
 - ``server_dir``: a directory for a test's own servers' data *outside* pytest's base temporary
   directory (which another pytest run resets to mode 0700, locking PostgreSQL's unprivileged
@@ -73,11 +73,24 @@ def _group_of(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test its ``xdist_group`` and put the long groups first (stable otherwise)."""
+    """The long work units first (stable otherwise): a parallel run hands them out in this order."""
     order = {group: i for i, (group, _) in enumerate(_GROUPS)}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group_of(item.nodeid)))
     items.sort(key=lambda item: order.get(_group_of(item.nodeid), len(order)))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``-n``: work units of whole groups (:data:`_GROUPS`) or modules, never single tests.
+
+    xdist's own ``--dist loadgroup`` grouped nothing here (pytest 9.2, xdist 3.8: even a module's
+    static ``xdist_group`` mark left every test a unit of its own, so both workers started a Spark
+    session, a metastore and a module's Debezium connector); the scope is decided here instead."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _group_of(nodeid)
+
+    return ByGroup(config, log)
 
 
 @pytest.fixture
