@@ -1,4 +1,6 @@
-"""Fixtures shared by the integration tests of services that follow commit events."""
+"""Fixtures shared by the integration tests: ``lake`` (a directory under tmp_path), ``coordinator`` (a real
+coordinator on the test's database, insecure, loopback, tables under ``lake``; directories override it
+where they need another) and ``events_coordinator`` for services that follow commit events."""
 
 from __future__ import annotations
 
@@ -31,3 +33,28 @@ def events_coordinator(
         yield server
     finally:
         server.stop(0)
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    root = tmp_path / "lake"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def coordinator(pg_url: str, lake: Path) -> Iterator[RunningServer]:
+    server = serve(
+        CoordinatorConfig(
+            listen="127.0.0.1:0",
+            database_url=pg_url,
+            lake_roots=(str(lake),),
+            insecure=True,
+            janitor_interval_ms=200,
+            max_workers=16,
+            db_pool_size=8,
+            grace_s=1.0,
+        )
+    )
+    yield server
+    server.stop(0)

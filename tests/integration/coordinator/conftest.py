@@ -19,13 +19,6 @@ StartCoordinator = Callable[..., RunningServer]
 
 
 @pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    root = tmp_path / "lake"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
 def start_coordinator(pg_url: str, lake: Path) -> Iterator[StartCoordinator]:
     """Start coordinators on this test's database (insecure loopback unless told otherwise);
     every one still running is stopped at the end."""

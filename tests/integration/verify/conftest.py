@@ -1,40 +1,13 @@
-"""Verify fixtures: a lake under ``tmp_path``, a real coordinator on the session's PostgreSQL, and a
-replication slot name for the initial load (dropped afterwards, before the database is)."""
+"""Verify fixtures: a replication slot name for the initial load (dropped afterwards, before the
+database is); the lake and the coordinator are tests/integration's."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
-
-from inlet.services.coordinator.config import CoordinatorConfig
-from inlet.services.coordinator.server import RunningServer, serve
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    root = tmp_path / "lake"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def coordinator(pg_url: str, lake: Path) -> Iterator[RunningServer]:
-    server = serve(
-        CoordinatorConfig(
-            listen="127.0.0.1:0",
-            database_url=pg_url,
-            lake_roots=(str(lake),),
-            insecure=True,
-            janitor_interval_ms=200,
-            grace_s=1.0,
-        )
-    )
-    yield server
-    server.stop(0)
 
 
 @pytest.fixture

@@ -18,37 +18,11 @@ from typing import Any
 
 import pytest
 
-from inlet.services.coordinator.config import CoordinatorConfig
-from inlet.services.coordinator.server import RunningServer, serve
+from inlet.services.coordinator.server import RunningServer
 from inlet.services.stack import TEST_CONSUMER_SETTINGS
 from inlet.services.writer.service import Writer, WriterConfig
 
 INLET_BIN = str(Path(sys.executable).parent / "inlet")
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    root = tmp_path / "lake"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def coordinator(pg_url: str, lake: Path) -> Iterator[RunningServer]:
-    server = serve(
-        CoordinatorConfig(
-            listen="127.0.0.1:0",
-            database_url=pg_url,
-            lake_roots=(str(lake),),
-            insecure=True,
-            janitor_interval_ms=200,
-            max_workers=16,
-            db_pool_size=8,
-            grace_s=1.0,
-        )
-    )
-    yield server
-    server.stop(0)
 
 
 @pytest.fixture

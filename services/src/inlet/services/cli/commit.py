@@ -45,18 +45,20 @@ SETTINGS = (
 )
 
 
+COORDINATOR_TLS_SETTING = Setting(
+    "coordinator_tls",
+    "--coordinator-tls",
+    "use TLS to the coordinator with the system's trusted CAs",
+    kind="bool",
+    default=False,
+)
+
 # how a long-running service reaches the coordinator (its address is required there)
 CONNECTION_SETTINGS = (
     Setting("coordinator", "--coordinator", "commit coordinator address", required=True, metavar="HOST:PORT"),
     TOKEN_SETTING,
     CA_SETTING,
-    Setting(
-        "coordinator_tls",
-        "--coordinator-tls",
-        "use TLS to the coordinator with the system's trusted CAs",
-        kind="bool",
-        default=False,
-    ),
+    COORDINATOR_TLS_SETTING,
 )
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from inlet.services.cli.commit import CA_SETTING, TOKEN_SETTING, read_ca
+from inlet.services.cli.commit import CA_SETTING, COORDINATOR_TLS_SETTING, TOKEN_SETTING, read_ca
 from inlet.services.cli.dataio import json_safe
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.parsing import ArgumentParser, add_command
@@ -96,13 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     TOKEN_SETTING,
     CA_SETTING,
-    Setting(
-        "coordinator_tls",
-        "--coordinator-tls",
-        "use TLS to the coordinator with the system's trusted CAs",
-        kind="bool",
-        default=False,
-    ),
+    COORDINATOR_TLS_SETTING,
     Setting(
         "topic_prefix",
         "--topic-prefix",
