@@ -1,12 +1,15 @@
 """Fixtures shared by the integration tests: ``lake`` (a directory under tmp_path), ``coordinator`` (a real
 coordinator on the test's database, insecure, loopback, tables under ``lake``; directories override it
-where they need another) and ``events_coordinator`` for services that follow commit events."""
+where they need another), ``slot`` (an initial load's replication slot name, dropped afterwards) and
+``events_coordinator`` for services that follow commit events."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from inlet.services.coordinator.config import CoordinatorConfig
@@ -58,3 +61,14 @@ def coordinator(pg_url: str, lake: Path) -> Iterator[RunningServer]:
     )
     yield server
     server.stop(0)
+
+
+@pytest.fixture
+def slot(pg_url: str) -> Iterator[str]:
+    """A replication slot name for an initial load on the test's database; the slot is dropped
+    afterwards, before the database is."""
+    name = "load_" + uuid.uuid4().hex[:10]
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone():
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +24,6 @@ from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.writer import initial_load
 from inlet.services.writer.rows import table_rows
-
-
-@pytest.fixture
-def slot(pg_url: str) -> Iterator[str]:
-    name = "load_" + uuid.uuid4().hex[:10]
-    yield name
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone():
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
 
 def _load(pg_url: str, coordinator: RunningServer, lake: Path, slot: str) -> initial_load.LoadSummary:

@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import psycopg
-import pytest
 
 from inlet.core import HudiTable
 from inlet.core.storage import Storage
@@ -42,15 +39,6 @@ from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.writer import initial_load, tables
 from inlet.services.writer.rows import LSN_COL, SNAPSHOT_ORDERING, Change, to_arrow
-
-
-@pytest.fixture
-def slot(pg_url: str) -> Iterator[str]:
-    name = "handoff_" + uuid.uuid4().hex[:10]
-    yield name
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone():
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
 
 def _xid(conn: psycopg.Connection[Any]) -> str:
