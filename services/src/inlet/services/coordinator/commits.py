@@ -44,6 +44,7 @@ from inlet.services.coordinator.errors import (
 from inlet.services.coordinator.events import commit_event, event_id
 from inlet.services.coordinator.leases import Fence, Leases, check_fence, registered
 from inlet.services.coordinator.store import COMPLETED, ROLLED_BACK, InstantRow, Store, TableRow, Tx
+from inlet.services.writer import checkpoint as kafka_checkpoint
 
 log = logging.getLogger("inlet.coordinator")
 
@@ -547,11 +548,26 @@ class Coordinator:
                 data = metadata.to_bytes()
             else:
                 data = content or b""
+            if metadata is not None:
+                self._check_source_offsets(table, tl, metadata)
             done = current.with_state(State.COMPLETED, self._next_time(table, tl))
             self._record(tx, table, tl, done, data, request_id or None)
             self.storage(table).write_atomic(tl.path_of(done), data)
         log.info("completed %s %s at %s on %s", done.action, t, done.completion_time, table_id)
         return Completion(done, eid)
+
+    def _check_source_offsets(self, table: TableRow, tl: Timeline, metadata: CommitMetadata) -> None:
+        """A write carrying a Kafka checkpoint may not move it back: its writer lost the partitions
+        (rebalance, long pause) to another that committed further. Fences every concurrency mode,
+        non-blocking included, with no lease (:func:`.checkpoint.stale_offsets`)."""
+        storage = self.storage(table)
+
+        def committed(topic: str, partitions: set[int]) -> dict[int, int]:
+            return kafka_checkpoint.table_checkpoint(storage, topic, tl, partitions)
+
+        reason = kafka_checkpoint.stale_offsets(metadata.extra_metadata, committed)
+        if reason is not None:
+            raise FailedPrecondition(f"{reason}; not committed")
 
     @staticmethod
     def _check_metadata_paths(md: CommitMetadata) -> None:

@@ -30,6 +30,9 @@ from inlet.core.timeline.instant import Action, Instant
 
 CHECKPOINT_KEY = "deltastreamer.checkpoint.key"
 RANGES_KEY = "inlet.kafka.offset.ranges"
+# set on a commit that deliberately moves its checkpoint back (resuming a recreated topic from its
+# earliest offset): the coordinator's fence then lets the checkpoint go backwards
+RESET_KEY = "inlet.kafka.checkpoint.reset"
 _WRITE_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT)
 
 
@@ -71,6 +74,43 @@ def parse_ranges(text: str) -> tuple[str, dict[int, tuple[int, int]]]:
         a, _, b = span.partition("-")
         out[int(p)] = (int(a), int(b))
     return parts[0], out
+
+
+def stale_offsets(
+    extra_metadata: Mapping[str, str], committed: Callable[[str, set[int]], dict[int, int]]
+) -> str | None:
+    """Why a commit with ``extra_metadata`` would go behind the table's Kafka checkpoint, or None.
+
+    A writer that lost its partitions (a rebalance, a long pause) may still hold a batch read
+    before that; its successor has meanwhile committed later offsets. Such a commit either consumed
+    offsets the table already has (its range starts below the partition's checkpoint) or carries a
+    partition's older position over; both would move the checkpoint back, so the commit is fenced.
+    ``committed(topic, partitions)`` gives the table's current checkpoint of those partitions.
+    """
+    text = extra_metadata.get(CHECKPOINT_KEY)
+    if not text or extra_metadata.get(RESET_KEY) == "true":
+        return None
+    try:
+        topic, positions = parse_checkpoint(text)
+        ranges = parse_ranges(extra_metadata[RANGES_KEY])[1] if RANGES_KEY in extra_metadata else {}
+    except (CheckpointError, ValueError):
+        return None  # not ours to judge: another tool's checkpoint
+    current = committed(topic, set(positions) | set(ranges))
+    for p in sorted(set(positions) | set(ranges)):
+        at = current.get(p)
+        if at is None:
+            continue
+        if p in ranges and ranges[p][0] < at:
+            return (
+                f"fenced: offsets {ranges[p][0]}-{ranges[p][1]} of {topic}[{p}] start below the table's "
+                f"checkpoint {at} (another writer committed them: this one lost the partition)"
+            )
+        if p in positions and positions[p] < at:
+            return (
+                f"fenced: the checkpoint {positions[p]} of {topic}[{p}] is behind the table's {at} "
+                "(another writer committed further: this one lost the partition)"
+            )
+    return None
 
 
 def table_checkpoint(
