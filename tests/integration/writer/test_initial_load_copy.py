@@ -9,6 +9,7 @@ slot, rows deleted meanwhile) overwrites the table instead of appending to it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from support.edge_values import EDGE_STORED, edge_ddl, edge_rows, nan_text
 
 from inlet.core import HudiTable
+from inlet.core.faults import CRASH_EXIT_CODE
 from inlet.services.cdc_consumer import PostgresCatalog
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient
@@ -126,6 +128,46 @@ def test_writer_load_cli_prints_the_summary_and_the_debezium_settings(
     again = subprocess.run(argv, capture_output=True, text=True, timeout=120)  # the slot exists now
     assert again.returncode == 2
     assert again.stderr.strip().count("\n") == 0 and "already exists" in again.stderr
+
+
+def test_writer_load_reruns_after_it_died_midway(
+    pg_url: str, coordinator: RunningServer, lake: Path, slot: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE src_a (id int PRIMARY KEY, v text)")
+        conn.execute("CREATE TABLE src_b (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO src_a SELECT g, 'a' || g FROM generate_series(1, 300) g")
+        conn.execute("INSERT INTO src_b SELECT g, 'b' || g FROM generate_series(1, 200) g")
+        dbname = conn.info.dbname
+    argv = [sys.executable, "-m", "inlet.services.cli.main", "writer", "load", "--database-url", pg_url]
+    argv += ["--tables", "public.src_*", "--coordinator", coordinator.address, "--lake-root", str(lake)]
+    argv += ["--topic-prefix", "srv", "--slot", slot, "--publication", slot + "_pub"]
+    # dies like SIGKILL once src_a's data files are written, before its commit
+    env = {**os.environ, "INLET_CRASH_AT": "after_data_files"}
+    died = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert died.returncode == CRASH_EXIT_CODE, died.stderr
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM src_a WHERE id <= 50")  # changed before the rerun's snapshot
+
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2 and again.stderr.strip().count("\n") == 0
+    assert "--replace-slot" in again.stderr, again.stderr
+
+    done = subprocess.run([*argv, "--replace-slot"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted((r["table_id"], r["rows"]) for r in summary["loaded"]) == [
+        ("srv.public.src_a", 250),
+        ("srv.public.src_b", 200),
+    ]
+    for table, ids in (("src_a", range(51, 301)), ("src_b", range(1, 201))):
+        got = HudiTable.open(str(lake / dbname / "public" / table)).read(columns=["id"], meta_columns=False)
+        assert sorted(got.column("id").to_pylist()) == list(ids), table  # once each, as of the rerun
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # the new slot is at the rerun's snapshot
+        [(flushed,)] = conn.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchall()
+    assert initial_load.parse_lsn(flushed) == summary["lsn"]
 
 
 # ---------------------------------------------------------------------------- values at the edges

@@ -245,6 +245,14 @@ LOAD_SETTINGS: tuple[Setting, ...] = (
         "the writer's per-table configuration (JSON), so tables are created as it would",
         metavar="FILE",
     ),
+    Setting(
+        "replace_slot",
+        "--replace-slot",
+        "drop the slot if it exists (one a load that died midway left; refused while in use) and load "
+        "again: the tables it wrote are overwritten. Never once Debezium has streamed from the slot",
+        kind="bool",
+        default=False,
+    ),
 )
 
 LOAD_DESCRIPTION = """Load the rows already in PostgreSQL into the Hudi tables in bulk, before Debezium first starts, so
@@ -380,6 +388,7 @@ def cmd_load(args: argparse.Namespace) -> int:
                 slot=v["slot"],
                 publication=v["publication"],
                 rules=rules,
+                replace_slot=bool(v["replace_slot"]),
             )
         except initial_load.LoadError as e:
             raise UsageError(str(e)) from None

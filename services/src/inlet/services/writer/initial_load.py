@@ -159,11 +159,32 @@ def parse_lsn(text: str) -> int:
 
 
 @contextmanager
-def exported_snapshot(conninfo: str, slot: str, publication: str) -> Iterator[ExportedSnapshot]:
-    """Create ``slot`` (pgoutput) exporting its snapshot; the snapshot lives until the block ends."""
+def exported_snapshot(
+    conninfo: str, slot: str, publication: str, replace_slot: bool = False
+) -> Iterator[ExportedSnapshot]:
+    """Create ``slot`` (pgoutput) exporting its snapshot; the snapshot lives until the block ends.
+
+    A slot of that name left by a load that stopped midway is dropped first with ``replace_slot``
+    (never one in use); without it, it is an error that says so."""
     if not re.fullmatch(r"[a-z0-9_]{1,63}", slot):
         raise LoadError(f"replication slot name {slot!r}: use 1-63 lower-case letters, digits and '_'")
     with psycopg.connect(conninfo, autocommit=True) as conn:
+        existing = conn.execute(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+        if existing is not None:
+            if existing[0] is not None:
+                raise LoadError(
+                    f"replication slot {slot} is in use (by pid {existing[0]}); stop its consumer"
+                )
+            if not replace_slot:
+                raise LoadError(
+                    f"cannot create replication slot {slot}: it already exists (a load that stopped "
+                    "midway leaves it): rerun with --replace-slot to drop and create it again, unless "
+                    "Debezium already streams from it"
+                )
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+            log_event(log, logging.WARNING, "initial load: dropped the existing replication slot", slot=slot)
         found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
         if found is None:
             conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication)))
@@ -460,16 +481,21 @@ def load(
     slot: str,
     publication: str,
     rules: Sequence[tables.TableRule] = (),
+    replace_slot: bool = False,
 ) -> LoadSummary:
     """Create ``slot`` and load every matching table as of its consistent point (see the module doc).
 
     A table already holding data (a load that stopped half-way before streaming began) is
-    overwritten (``insert_overwrite_table``), never appended to.
+    overwritten (``insert_overwrite_table``), never appended to; ``replace_slot`` drops the slot
+    such a load left (see :func:`exported_snapshot`).
     """
     summary = LoadSummary()
     catalog = PostgresCatalog(conninfo)
     try:
-        with exported_snapshot(conninfo, slot, publication) as snap, psycopg.connect(conninfo) as conn:
+        with (
+            exported_snapshot(conninfo, slot, publication, replace_slot) as snap,
+            psycopg.connect(conninfo) as conn,
+        ):
             summary.lsn = snap.lsn
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snap.name)))
