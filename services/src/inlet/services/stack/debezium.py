@@ -294,6 +294,8 @@ class EmbeddedDebezium:
             "heartbeat.interval.ms": str(self.heartbeat_interval_ms),
             "tombstones.on.delete": "true",
             "decimal.handling.mode": "precise",
+            # Debezium skips TRUNCATE by default ("t"): the lake would keep every truncated row
+            "skipped.operations": "none",
         }
         if db["password"]:
             config["database.password"] = db["password"]
