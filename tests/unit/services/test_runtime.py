@@ -26,6 +26,7 @@ SETTINGS = (
     Setting("batch", "--batch", "records per batch", kind="int", default=1000),
     Setting("topics", "--topic", "topics", kind="list", default=("a",)),
     Setting("dry", "--dry", "dry run", kind="bool", default=False),
+    Setting("options", "--option", "KEY=VALUE settings", kind="pairs", default=(), metavar="KEY=VALUE"),
 )
 PREFIX = "INLET_TEST_"
 
@@ -43,12 +44,38 @@ def test_flag_beats_environment_beats_default() -> None:
         "batch": 7,
         "topics": ("x", "y"),
         "dry": False,
+        "options": (),
     }
     got = resolve(
         parse(["--bootstrap", "flag:1", "--topic", "p", "--topic", "q,r", "--dry"]), SETTINGS, PREFIX, env
     )
-    assert got == {"bootstrap": "flag:1", "batch": 7, "topics": ("p", "q", "r"), "dry": True}
+    assert got == {"bootstrap": "flag:1", "batch": 7, "topics": ("p", "q", "r"), "dry": True, "options": ()}
     assert resolve(parse(["--bootstrap", "b"]), SETTINGS, PREFIX, {})["batch"] == 1000
+
+
+def test_key_value_settings_are_never_split_at_commas() -> None:
+    """A KEY=VALUE flag is one setting whatever its value holds; from the environment, one per line
+    or a JSON object, and a single line that looks like several pairs is refused, not guessed."""
+    args = parse(["--option", "hoodie.datasource.write.recordkey.field=id,tenant", "--option", "p=a,b=c"])
+    got = resolve(args, SETTINGS, PREFIX, {"INLET_TEST_BOOTSTRAP": "k"})["options"]
+    assert got == ("hoodie.datasource.write.recordkey.field=id,tenant", "p=a,b=c")
+
+    def from_env(value: str) -> tuple[str, ...]:
+        env = {"INLET_TEST_BOOTSTRAP": "k", "INLET_TEST_OPTIONS": value}
+        return resolve(parse([]), SETTINGS, PREFIX, env)["options"]  # type: ignore[no-any-return]
+
+    assert from_env("ssl.cipher.suites=A,B\nsasl.password=x,y") == (
+        "ssl.cipher.suites=A,B",
+        "sasl.password=x,y",
+    )
+    assert from_env('{"a.b": "1,2", "c": 3}') == ("a.b=1,2", "c=3")
+    assert from_env("recordkey.field=id,tenant") == ("recordkey.field=id,tenant",)
+    with pytest.raises(
+        SettingsError, match="INLET_TEST_OPTIONS: 'a=1,b=2' is ambiguous: put one KEY=VALUE per line"
+    ):
+        from_env("a=1,b=2")
+    with pytest.raises(SettingsError, match="INLET_TEST_OPTIONS: not a JSON object"):
+        from_env("{broken")
 
 
 def test_errors_name_the_flag_or_variable() -> None:

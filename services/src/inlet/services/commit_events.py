@@ -60,7 +60,7 @@ def follower_settings(group: str, action: str, retried: str) -> tuple[Setting, .
             "kafka",
             "--kafka-option",
             "librdkafka consumer setting KEY=VALUE; repeatable",
-            kind="list",
+            kind="pairs",
             metavar="KEY=VALUE",
             env_name="KAFKA_OPTIONS",
         ),

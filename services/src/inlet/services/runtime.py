@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +45,9 @@ class Setting:
     name: str  # key in the resolved dict
     flag: str  # e.g. "--bootstrap"
     help: str
-    kind: str = "str"  # str | int | float | bool | list
+    # str | int | float | bool | list (names: comma-separated or repeated) | pairs (KEY=VALUE: one per
+    # flag, never split at commas; from the environment one per line or a JSON object)
+    kind: str = "str"
     default: Any = None
     metavar: str | None = None
     required: bool = False
@@ -69,12 +72,40 @@ def add_arguments(
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             kwargs["metavar"] = s.metavar or s.name.upper()
-            if s.kind == "list":
+            if s.kind in ("list", "pairs"):
                 kwargs["action"] = "append"
         parser.add_argument(s.flag, **kwargs)
 
 
+_MORE_PAIRS = re.compile(r",\s*[A-Za-z_][\w.-]*=")
+
+
+def parse_pairs(raw: Any, source: str) -> tuple[str, ...]:
+    """KEY=VALUE pairs: each flag occurrence is one pair, whatever its value holds (commas in
+    ``recordkey.field=id,tenant``, passwords, cipher lists); an environment variable holds one
+    per line, or a JSON object."""
+    if isinstance(raw, list):
+        return tuple(str(p).strip() for p in raw if str(p).strip())
+    text = str(raw).strip()
+    if text.startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise SettingsError(f"{source}: not a JSON object of settings: {e}") from None
+        if not isinstance(doc, dict):
+            raise SettingsError(f"{source}: not a JSON object of settings")
+        return tuple(f"{k}={v}" for k, v in doc.items())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) == 1 and _MORE_PAIRS.search(lines[0]):
+        raise SettingsError(
+            f"{source}: {lines[0]!r} is ambiguous: put one KEY=VALUE per line, or give a JSON object"
+        )
+    return tuple(lines)
+
+
 def _parse(setting: Setting, raw: Any, source: str) -> Any:
+    if setting.kind == "pairs":
+        return parse_pairs(raw, source)
     if setting.kind == "list":
         parts = raw if isinstance(raw, list) else [raw]
         return tuple(p.strip() for part in parts for p in str(part).split(",") if p.strip())

@@ -23,8 +23,9 @@ from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.errors import SchemaError
 from inlet.core.schema import cast_to, normalize_schema, normalize_type
 from inlet.services.cli import dataio
-from inlet.services.cli.errors import CliError
+from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.options import choice, choices_metavar, env, env_choice, parse_key_values, with_env
+from inlet.services.runtime import SettingsError, parse_pairs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,15 +74,18 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="KEY=VALUE",
         help=with_env(
-            "Spark setting, e.g. spark.executor.memory=2g or spark.sql.shuffle.partitions=8 (repeatable; "
-            "the variable takes a comma-separated list)",
+            "Spark setting, e.g. spark.executor.memory=2g or spark.sql.shuffle.partitions=8 (repeatable, "
+            "never split at commas; the variable takes one per line or a JSON object)",
             "INLET_SPARK_CONF",
         ),
     )
 
 
 def spark_conf(args: argparse.Namespace) -> dict[str, str]:
-    from_env = [c for c in (env("INLET_SPARK_CONF") or "").split(",") if c.strip()]
+    try:
+        from_env = parse_pairs(env("INLET_SPARK_CONF") or "", "INLET_SPARK_CONF")
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
     conf = {**_DEFAULT_CONF, **(_LOCAL_CONF if args.spark_master.startswith("local") else {})}
     conf.update(parse_key_values(from_env, "INLET_SPARK_CONF"))
     conf.update(parse_key_values(args.spark_conf, "--spark-conf"))

@@ -29,7 +29,7 @@ SETTINGS: tuple[Setting, ...] = (
         "option",
         "--option",
         "Hudi option KEY=VALUE for every table, e.g. hoodie.compact.inline.max.delta.commits=5; repeatable",
-        kind="list",
+        kind="pairs",
         metavar="KEY=VALUE",
         env_name="OPTIONS",
     ),

@@ -72,7 +72,11 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="URL",
     ),
     Setting(
-        "spark_conf", "--spark-conf", "Spark setting KEY=VALUE (repeatable)", kind="list", metavar="KEY=VALUE"
+        "spark_conf",
+        "--spark-conf",
+        "Spark setting KEY=VALUE (repeatable)",
+        kind="pairs",
+        metavar="KEY=VALUE",
     ),
     Setting(
         "table_config",
@@ -149,14 +153,14 @@ SETTINGS: tuple[Setting, ...] = (
         "option",
         "--option",
         "Hudi write option KEY=VALUE for every table (repeatable)",
-        kind="list",
+        kind="pairs",
         metavar="KEY=VALUE",
     ),
     Setting(
         "kafka",
         "--kafka",
         "librdkafka consumer setting KEY=VALUE (repeatable)",
-        kind="list",
+        kind="pairs",
         metavar="KEY=VALUE",
     ),
     Setting(
