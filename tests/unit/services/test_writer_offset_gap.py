@@ -1,0 +1,68 @@
+"""Issue #21: a checkpoint below the earliest available offset (retention deleted records the table
+never saw) stops the table, or with ``on_offset_gap="earliest"`` moves it to the earliest offset.
+(The session broker, Tansu, does not implement DeleteRecords; the recreated-topic case runs against
+it in tests/integration/writer/test_writer_offset_gaps.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from inlet.services.writer.service import TableState, Writer, WriterConfig
+
+
+class FakeConsumer:
+    def __init__(self, marks: dict[int, tuple[int, int]]) -> None:
+        self.marks = marks
+
+    def get_watermark_offsets(
+        self, tp: Any, timeout: float | None = None, cached: bool = False
+    ) -> tuple[int, int]:
+        return self.marks[tp.partition]
+
+
+def state(positions: dict[int, int]) -> TableState:
+    st = TableState("db.public.t", "inlet.changes.db.public.t")
+    st.assigned = set(positions)
+    st.positions = dict(positions)
+    return st
+
+
+@pytest.mark.parametrize("mode", ["fail", "earliest"])
+def test_checkpoint_below_earliest(mode: str) -> None:
+    w = Writer(
+        WriterConfig(bootstrap="x:1", coordinator="127.0.0.1:1", lake_root="/nowhere", on_offset_gap=mode)
+    )
+    try:
+        st = state({0: 3, 1: 7})
+        err = w._check_offsets(FakeConsumer({0: (5, 9), 1: (0, 7)}), st)  # type: ignore[arg-type]
+        if mode == "fail":
+            assert err is not None
+            for part in (
+                "db.public.t",
+                "inlet.changes.db.public.t",
+                "partition 0",
+                "offset 3",
+                "below the earliest",
+                "earliest 5",
+                "latest 9",
+            ):
+                assert part in err, (part, err)
+            assert "partition 1" not in err
+            assert st.positions == {0: 3, 1: 7}
+        else:
+            assert err is None
+            assert st.positions == {0: 5, 1: 7}
+    finally:
+        w.close()
+
+
+def test_checkpoint_within_offsets_is_no_gap() -> None:
+    w = Writer(WriterConfig(bootstrap="x:1", coordinator="127.0.0.1:1", lake_root="/nowhere"))
+    try:
+        st = state({0: 5, 1: 9})
+        assert w._check_offsets(FakeConsumer({0: (5, 9), 1: (0, 9)}), st) is None  # type: ignore[arg-type]
+        assert st.positions == {0: 5, 1: 9}
+    finally:
+        w.close()
