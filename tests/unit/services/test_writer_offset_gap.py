@@ -8,18 +8,24 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from inlet.services.writer.service import TableState, Writer, WriterConfig
 
 
 class FakeConsumer:
-    def __init__(self, marks: dict[int, tuple[int, int]]) -> None:
+    """The broker's ListOffsets answers per partition; an exception is raised, None is no answer."""
+
+    def __init__(self, marks: dict[int, tuple[int, int] | Exception | None]) -> None:
         self.marks = marks
 
     def get_watermark_offsets(
         self, tp: Any, timeout: float | None = None, cached: bool = False
-    ) -> tuple[int, int]:
-        return self.marks[tp.partition]
+    ) -> tuple[int, int] | None:
+        answer = self.marks[tp.partition]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 def state(positions: dict[int, int]) -> TableState:
@@ -36,9 +42,11 @@ def test_checkpoint_below_earliest(mode: str) -> None:
     )
     try:
         st = state({0: 3, 1: 7})
-        err = w._check_offsets(FakeConsumer({0: (5, 9), 1: (0, 7)}), st)  # type: ignore[arg-type]
+        result = w._check_offsets(FakeConsumer({0: (5, 9), 1: (0, 7)}), st)  # type: ignore[arg-type]
         if mode == "fail":
-            assert err is not None
+            assert result is not None
+            kind, err = result
+            assert kind == "offset_gap"
             for part in (
                 "db.public.t",
                 "inlet.changes.db.public.t",
@@ -52,7 +60,7 @@ def test_checkpoint_below_earliest(mode: str) -> None:
             assert "partition 1" not in err
             assert st.positions == {0: 3, 1: 7}
         else:
-            assert err is None
+            assert result is None
             assert st.positions == {0: 5, 1: 7}
     finally:
         w.close()
@@ -63,6 +71,25 @@ def test_checkpoint_within_offsets_is_no_gap() -> None:
     try:
         st = state({0: 5, 1: 9})
         assert w._check_offsets(FakeConsumer({0: (5, 9), 1: (0, 9)}), st) is None  # type: ignore[arg-type]
+        assert st.positions == {0: 5, 1: 9}
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize(
+    "answer", [KafkaException(KafkaError(KafkaError._TIMED_OUT)), None, (-1001, -1001)], ids=str
+)
+def test_offsets_the_broker_does_not_tell_are_retried_not_taken_as_no_gap(answer: Any) -> None:
+    """Without an answer the checkpoint is unchecked: the table waits (a transient failure, retried
+    with backoff) instead of resuming where a gap may be."""
+    w = Writer(WriterConfig(bootstrap="x:1", coordinator="127.0.0.1:1", lake_root="/nowhere"))
+    try:
+        st = state({0: 5, 1: 9})
+        result = w._check_offsets(FakeConsumer({0: (0, 9), 1: answer}), st)  # type: ignore[arg-type]
+        assert result is not None
+        kind, err = result
+        assert kind == "transient"
+        assert "db.public.t" in err and "inlet.changes.db.public.t[1]" in err, err
         assert st.positions == {0: 5, 1: 9}
     finally:
         w.close()

@@ -53,6 +53,7 @@ from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables
 from inlet.services.writer.batcher import Cut, Entry, TableBuffer
 from inlet.services.writer.metrics import WriterMetrics
+from inlet.services.writer.offset_gaps import OffsetsUnknownError, find_gaps
 from inlet.services.writer.rows import (
     OP_COL,
     Change,
@@ -209,7 +210,7 @@ class Writer:
         for tp in partitions:
             st = self._state(tp.topic)
             st.assigned.add(tp.partition)
-        gaps: dict[str, str] = {}
+        gaps: dict[str, tuple[str, str]] = {}
         for st in {self._state(tp.topic).table_id: self._state(tp.topic) for tp in partitions}.values():
             st.positions = self._checkpoint(st)
             st.buffer.clear()
@@ -231,8 +232,8 @@ class Writer:
             assignment=[f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions],
         )
         consumer.assign(partitions)
-        for tid, gap in gaps.items():
-            self._fail(self.tables[tid], gap, "offset_gap")
+        for tid, (kind, error) in gaps.items():
+            self._fail(self.tables[tid], error, kind)
         for st in self.tables.values():
             if st.paused and any(tp.topic == st.topic for tp in partitions):
                 consumer.pause([TopicPartition(st.topic, p) for p in st.assigned])
@@ -718,7 +719,7 @@ class Writer:
         st.buffer.clear()
         gap = self._check_offsets(self.consumer, st)
         if gap is not None:
-            self._fail(st, gap, "offset_gap")
+            self._fail(st, gap[1], gap[0])
             return
         for p in sorted(st.assigned):
             off = st.positions.get(p)
@@ -740,33 +741,23 @@ class Writer:
             positions={str(k): v for k, v in st.positions.items()},
         )
 
-    def _check_offsets(self, consumer: Consumer, st: TableState) -> str | None:
-        """Compare the table's checkpoint with its partitions' available offsets.
+    def _check_offsets(self, consumer: Consumer, st: TableState) -> tuple[str, str] | None:
+        """Compare the table's checkpoint with its partitions' available offsets (:mod:`.offset_gaps`).
 
-        A checkpointed offset below the earliest available offset (retention deleted records the
-        table never saw) or above the latest (the topic was recreated) is a gap: the error naming
-        it is returned (the table stops, Hudi Streamer's fail-on-data-loss), or with
-        ``on_offset_gap="earliest"`` the partition is moved to the earliest available offset and a
-        warning logged."""
+        A gap returns ``("offset_gap", error naming it)``: the table stops (Hudi Streamer's
+        fail-on-data-loss); with ``on_offset_gap="earliest"`` the partition is moved to the earliest
+        available offset and a warning logged instead. A broker that does not tell the offsets
+        returns ``("transient", error)``: the table waits and checks again, never unchecked."""
+        checkpoints = {p: off for p in sorted(st.assigned) if (off := st.positions.get(p)) is not None}
+        if not checkpoints:
+            return None
+        try:
+            gaps = find_gaps(consumer, self._consumer_settings(), st.topic, checkpoints)
+        except OffsetsUnknownError as e:
+            return "transient", f"table {st.table_id}: checkpoint not checked against the broker: {e}"
         problems: list[str] = []
-        for p in sorted(st.assigned):
-            off = st.positions.get(p)
-            if off is None:
-                continue
-            try:
-                low, high = consumer.get_watermark_offsets(TopicPartition(st.topic, p), timeout=10)
-            except Exception as e:  # unverified here; a fetch out of range still stops the table
-                log_event(
-                    log, logging.WARNING, "cannot read a partition's offsets", table=st.table_id, error=str(e)
-                )
-                continue
-            if low is None or high is None or low < 0 or high < 0 or low <= off <= high:
-                continue
-            where = "below the earliest" if off < low else "above the latest"
-            detail = (
-                f"offset gap: table {st.table_id} checkpointed offset {off} of topic {st.topic} "
-                f"partition {p} is {where} available offset (earliest {low}, latest {high})"
-            )
+        for gap in gaps:
+            detail = gap.describe(st.table_id, st.topic)
             if self.config.on_offset_gap == "earliest":
                 log_event(
                     log,
@@ -774,18 +765,20 @@ class Writer:
                     detail + "; resuming from the earliest available offset (--on-offset-gap earliest)",
                     table=st.table_id,
                     topic=st.topic,
-                    partition=p,
-                    checkpoint=off,
-                    earliest=low,
-                    latest=high,
+                    partition=gap.partition,
+                    checkpoint=gap.checkpoint,
+                    earliest=gap.earliest,
+                    latest=gap.latest,
                 )
-                st.positions[p] = low
+                st.positions[gap.partition] = gap.earliest
                 self.metrics.failures.labels(st.table_id, "offset_gap").inc()
             else:
                 problems.append(detail)
         if not problems:
             return None
-        return "; ".join(problems) + " (nothing skipped; --on-offset-gap earliest resumes from the earliest)"
+        return "offset_gap", (
+            "; ".join(problems) + " (nothing skipped; --on-offset-gap earliest resumes from the earliest)"
+        )
 
     def _seek(self, tp: TopicPartition) -> None:
         assert self.consumer is not None
