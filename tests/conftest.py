@@ -30,12 +30,14 @@ module-scoped components start once. Session fixtures start once per worker.
 
 - ``server_dir``: a directory for a test's own servers' data *outside* pytest's base temporary
   directory (which another pytest run resets to mode 0700, locking PostgreSQL's unprivileged
-  user out of its data directory); removed afterwards.
+  user out of its data directory); removed afterwards, unless ``INLET_E2E_KEEP=1`` (then kept, with
+  its path printed, to read the servers' logs after a failure).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import tempfile
@@ -100,7 +102,10 @@ def server_dir() -> Iterator[Path]:
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        if os.environ.get("INLET_E2E_KEEP") == "1":
+            print(f"\nINLET_E2E_KEEP=1: kept {path}")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

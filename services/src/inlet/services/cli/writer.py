@@ -150,6 +150,14 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="S",
     ),
     Setting(
+        "on_offset_gap",
+        "--on-offset-gap",
+        "a table checkpoint outside its partition's available offsets (retention, recreated topic): "
+        "fail stops the table, earliest resumes from the earliest available offset with a warning",
+        default="fail",
+        metavar="fail|earliest",
+    ),
+    Setting(
         "option",
         "--option",
         "Hudi write option KEY=VALUE for every table (repeatable)",
@@ -317,6 +325,8 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         raise UsageError(str(e)) from None
     if v["engine"] not in ("local", "spark"):
         raise UsageError(f"--engine must be local or spark, not {v['engine']!r}")
+    if v["on_offset_gap"] not in ("fail", "earliest"):
+        raise UsageError(f"--on-offset-gap must be fail or earliest, not {v['on_offset_gap']!r}")
     for name in ("batch_max_records", "batch_max_bytes", "batch_interval_ms"):
         if v[name] < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
@@ -338,6 +348,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         lease_ms=v["lease_ms"],
         lease_wait_ms=v["lease_wait_ms"],
         error_retry_s=v["error_retry_s"],
+        on_offset_gap=v["on_offset_gap"],
         table_config=v["table_config"],
         coordinator_token=v["coordinator_token"],
         coordinator_ca=read_ca(v["coordinator_ca"]),

@@ -53,6 +53,7 @@ from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables
 from inlet.services.writer.batcher import Cut, Entry, TableBuffer
 from inlet.services.writer.metrics import WriterMetrics
+from inlet.services.writer.offset_gaps import OffsetsUnknownError, find_gaps
 from inlet.services.writer.rows import (
     OP_COL,
     Change,
@@ -97,6 +98,10 @@ class WriterConfig:
     compaction: bool = True
     lease_ms: int = 30000  # the writer lease of an OCC table (renewed while a batch is written)
     lease_wait_ms: int = 10000  # how long a batch waits for another worker's lease
+    # a checkpoint outside its partition's available offsets (retention deleted records the table
+    # never saw, or the topic was recreated): "fail" stops the table, "earliest" resumes from the
+    # earliest available offset with a warning
+    on_offset_gap: str = "fail"
 
 
 @dataclass
@@ -165,7 +170,8 @@ class Writer:
             "group.id": self.config.group,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
+            # a position that is no longer available is reported (and stops its table), never skipped
+            "auto.offset.reset": "error",
             "enable.partition.eof": False,
             "topic.metadata.refresh.interval.ms": 5000,
             "partition.assignment.strategy": "range",
@@ -204,9 +210,13 @@ class Writer:
         for tp in partitions:
             st = self._state(tp.topic)
             st.assigned.add(tp.partition)
+        gaps: dict[str, tuple[str, str]] = {}
         for st in {self._state(tp.topic).table_id: self._state(tp.topic) for tp in partitions}.values():
             st.positions = self._checkpoint(st)
             st.buffer.clear()
+            gap = self._check_offsets(consumer, st)
+            if gap is not None:
+                gaps[st.table_id] = gap
         for tp in partitions:
             st = self._state(tp.topic)
             off = st.positions.get(tp.partition)
@@ -222,6 +232,8 @@ class Writer:
             assignment=[f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions],
         )
         consumer.assign(partitions)
+        for tid, (kind, error) in gaps.items():
+            self._fail(self.tables[tid], error, kind)
         for st in self.tables.values():
             if st.paused and any(tp.topic == st.topic for tp in partitions):
                 consumer.pause([TopicPartition(st.topic, p) for p in st.assigned])
@@ -281,6 +293,15 @@ class Writer:
     def _handle(self, msg: Message) -> None:
         err = msg.error()
         if err is not None:
+            if err.code() == KafkaError._AUTO_OFFSET_RESET and msg.topic() is not None:
+                # the position fell out of the partition's available offsets while consuming
+                # (retention, a recreated topic): re-checked against the checkpoint on resume
+                st = self._state(msg.topic() or "")
+                if not st.paused:
+                    self._fail(
+                        st, f"offset out of range on {msg.topic()}[{msg.partition()}]: {err}", "transient"
+                    )
+                return
             if err.code() != KafkaError._PARTITION_EOF:
                 log_event(log, logging.WARNING, "kafka error", error=str(err))
             return
@@ -666,7 +687,7 @@ class Writer:
         self.metrics.retries.labels(st.table_id).inc()
         if kind == "conflict":
             self.metrics.conflicts.labels(st.table_id).inc()
-        if kind in ("schema", "bad_input"):
+        if kind in ("schema", "bad_input", "offset_gap"):
             delay = self.config.error_retry_s
         else:
             delay = min(60.0, self.config.retry_backoff_ms / 1000 * 2 ** min(st.failures - 1, 6))
@@ -674,7 +695,7 @@ class Writer:
         st.paused = True
         if self.consumer is not None and st.assigned:
             self.consumer.pause([TopicPartition(st.topic, p) for p in st.assigned])
-        level = logging.ERROR if kind in ("schema", "bad_input") else logging.WARNING
+        level = logging.ERROR if kind in ("schema", "bad_input", "offset_gap") else logging.WARNING
         log_event(
             log,
             level,
@@ -696,6 +717,10 @@ class Writer:
             )
             return
         st.buffer.clear()
+        gap = self._check_offsets(self.consumer, st)
+        if gap is not None:
+            self._fail(st, gap[1], gap[0])
+            return
         for p in sorted(st.assigned):
             off = st.positions.get(p)
             target = off if off is not None else OFFSET_BEGINNING
@@ -714,6 +739,45 @@ class Writer:
             "table resumed from its checkpoint",
             table=st.table_id,
             positions={str(k): v for k, v in st.positions.items()},
+        )
+
+    def _check_offsets(self, consumer: Consumer, st: TableState) -> tuple[str, str] | None:
+        """Compare the table's checkpoint with its partitions' available offsets (:mod:`.offset_gaps`).
+
+        A gap returns ``("offset_gap", error naming it)``: the table stops (Hudi Streamer's
+        fail-on-data-loss); with ``on_offset_gap="earliest"`` the partition is moved to the earliest
+        available offset and a warning logged instead. A broker that does not tell the offsets
+        returns ``("transient", error)``: the table waits and checks again, never unchecked."""
+        checkpoints = {p: off for p in sorted(st.assigned) if (off := st.positions.get(p)) is not None}
+        if not checkpoints:
+            return None
+        try:
+            gaps = find_gaps(consumer, self._consumer_settings(), st.topic, checkpoints)
+        except OffsetsUnknownError as e:
+            return "transient", f"table {st.table_id}: checkpoint not checked against the broker: {e}"
+        problems: list[str] = []
+        for gap in gaps:
+            detail = gap.describe(st.table_id, st.topic)
+            if self.config.on_offset_gap == "earliest":
+                log_event(
+                    log,
+                    logging.WARNING,
+                    detail + "; resuming from the earliest available offset (--on-offset-gap earliest)",
+                    table=st.table_id,
+                    topic=st.topic,
+                    partition=gap.partition,
+                    checkpoint=gap.checkpoint,
+                    earliest=gap.earliest,
+                    latest=gap.latest,
+                )
+                st.positions[gap.partition] = gap.earliest
+                self.metrics.failures.labels(st.table_id, "offset_gap").inc()
+            else:
+                problems.append(detail)
+        if not problems:
+            return None
+        return "offset_gap", (
+            "; ".join(problems) + " (nothing skipped; --on-offset-gap earliest resumes from the earliest)"
         )
 
     def _seek(self, tp: TopicPartition) -> None:
