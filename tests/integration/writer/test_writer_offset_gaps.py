@@ -10,7 +10,7 @@ from pathlib import Path
 from writer_helpers import Source, commits, produce, read_rows, wait_for
 
 from inlet.services.stack import EmbeddedKafka, EmbeddedS3, kafka_storage
-from inlet.services.writer.checkpoint import CHECKPOINT_KEY, parse_checkpoint
+from inlet.services.writer.checkpoint import CHECKPOINT_KEY, RESET_KEY, parse_checkpoint
 
 
 def table_path(lake: Path, src: Source) -> str:
@@ -83,6 +83,7 @@ def test_checkpoint_above_latest_after_topic_recreated(
     w = start_writer(on_offset_gap="earliest")
     wait_for(lambda: ids(path) == [1, 2, 3, 10], timeout_s=20, what="resumed from the earliest offset")
     assert parse_checkpoint(commits(path)[-1][2][CHECKPOINT_KEY]) == (src.topic, {0: 1})
+    assert commits(path)[-1][2][RESET_KEY] == "true"  # moved back on purpose: not fenced
     assert not w.writer.health()[1]["tables"][src.table_id]["error"]
 
 

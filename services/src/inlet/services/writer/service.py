@@ -123,6 +123,9 @@ class TableState:
     held_logged: bool = False
     last_commit: str | None = None
     exclusive: bool = True  # one writer at a time (not NBCC): batches hold the writer lease
+    # partitions moved back to their earliest offset (--on-offset-gap earliest): the next commit
+    # naming them marks the reset, so the coordinator's checkpoint fence lets it through
+    reset: set[int] = field(default_factory=set)
 
 
 def table_id_of(topic: str) -> str:
@@ -466,6 +469,8 @@ class Writer:
             ckpt.CHECKPOINT_KEY: ckpt.format_checkpoint(st.topic, checkpoint_positions),
             ckpt.RANGES_KEY: ckpt.format_ranges(st.topic, ranges),
         }
+        if st.reset & checkpoint_positions.keys():
+            extra[ckpt.RESET_KEY] = "true"
         truncates = [c for c in changes if c.event.op == pb.OPERATION_TRUNCATE]
         try:
             self._ensure_table(
@@ -526,6 +531,7 @@ class Writer:
         elapsed = time.monotonic() - started
         st.positions = new_positions
         st.buffer.drop(cut)
+        st.reset -= checkpoint_positions.keys()
         st.failures = 0
         st.error = None
         st.last_commit = instant
@@ -770,6 +776,8 @@ class Writer:
                     earliest=gap.earliest,
                     latest=gap.latest,
                 )
+                if gap.earliest < gap.checkpoint:
+                    st.reset.add(gap.partition)
                 st.positions[gap.partition] = gap.earliest
                 self.metrics.failures.labels(st.table_id, "offset_gap").inc()
             else:
