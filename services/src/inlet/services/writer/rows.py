@@ -492,6 +492,8 @@ def to_arrow(
                 for k, v in zip(key_columns(ev.schema), ev.old_key.values, strict=False)
             }
             old_rk = key_of(old) if key_of(old) != rk else None
+            if old_rk is not None:
+                key_images.setdefault(old_rk, old)  # its stored row may be read below
         if before is not None and not synthetic and ev.op == pb.OPERATION_UPDATE:
             old = {k: before.get(k) for k in keys}
             if all(v is not UNCHANGED for v in old.values()) and key_of(old) != rk:
