@@ -50,6 +50,10 @@ def test_the_create_of_a_primary_key_change_carries_the_old_key() -> None:
     (rec,) = Decoder().decode(topic, 0, 15, key, value, [("__debezium.oldkey", b'{"id":2}')])
     assert rec.change.op == pb.OPERATION_CREATE and rec.change.record_key == "42"
     assert [v.int_value for v in rec.change.old_key.values] == [2]
+    # JsonConverter as the header converter: JSON with its schema
+    json_header = b'{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":2}}'
+    (rec,) = Decoder().decode(topic, 0, 15, key, value, [("__debezium.oldkey", json_header)])
+    assert [v.int_value for v in rec.change.old_key.values] == [2]
     (plain,) = Decoder().decode(topic, 0, 15, key, value, [("__debezium.context.taskId", b"0")])
     assert not plain.change.old_key.values
 

@@ -612,11 +612,17 @@ def _literal_placeholders(plan: _TablePlan, row: pb.Row, data: dict[str, Any]) -
 
 def _fill_old_key(plan: _TablePlan, ev: pb.ChangeEvent, header: bytes) -> None:
     """``ev.old_key`` from Debezium's ``__debezium.oldkey`` header (Connect's ``Values`` text of the
-    key struct; see :mod:`.connect_values`). A header Inlet cannot read leaves ``old_key`` empty with
+    key struct, see :mod:`.connect_values`, as the default ``SimpleHeaderConverter`` writes it; or
+    JSON, with or without a schema, from a ``JsonConverter`` as ``header.converter``). A header Inlet cannot read leaves ``old_key`` empty with
     a warning: the change itself is sound; only its unchanged TOASTed values cannot be carried over."""
     columns = plan.schema.columns
     try:
-        parsed = connect_values.parse(header.decode())
+        try:
+            parsed = connect_values.parse(header.decode())
+        except ValueError:
+            parsed = orjson.loads(header)  # a JSON header converter (JSONDecodeError is a ValueError)
+        if parsed.__class__ is dict and parsed.keys() == {"schema", "payload"}:
+            parsed = parsed["payload"]  # JsonConverter with schemas
         if parsed.__class__ is not dict:
             raise ValueError(f"not a struct: {header[:80]!r}")
         old = pb.Row()
