@@ -85,8 +85,8 @@ def envelope(
     return orjson.dumps(key_doc), orjson.dumps(value)
 
 
-def decode_one(field: dict[str, Any], wire: Any) -> tuple[pb.Column, pb.Value]:
-    key, value = envelope([{**field, "optional": True, "field": "c"}], {"id": 1, "c": wire})
+def decode_one(field: dict[str, Any], wire: Any, op: str = "c") -> tuple[pb.Column, pb.Value]:
+    key, value = envelope([{**field, "optional": True, "field": "c"}], {"id": 1, "c": wire}, op=op)
     (rec,) = Decoder().decode("srv.public.t", 0, 0, key, value)
     return rec.change.schema.columns[1], rec.change.after.values[1]
 
@@ -426,7 +426,7 @@ PH_B64 = b64(PLACEHOLDER.encode())
     ],
 )
 def test_unchanged_toast_placeholder(field: dict[str, Any], wire: Any) -> None:
-    _, value = decode_one(field, wire)
+    _, value = decode_one(field, wire, op="u")  # an UPDATE's new row (an insert's is a real value)
     assert value.WhichOneof("kind") == "unchanged"
 
 
@@ -637,11 +637,11 @@ def test_render_change_values() -> None:
         "f": "NaN",
         "n": None,
     }
-    key, value = envelope(fields, after, op="r")
+    key, value = envelope(fields, after, op="u")
     (rec,) = Decoder().decode("srv.public.t", 3, 9, key, value)
     doc = json.loads(orjson.dumps(render_change(rec.change)))
     assert doc == {
-        "op": "r",
+        "op": "u",
         "table": "srv.public.t",
         "key": {"id": 1},
         "before": None,

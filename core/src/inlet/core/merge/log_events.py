@@ -129,7 +129,7 @@ def _exact_array(values: list[Any], typ: pa.DataType) -> tuple[pa.Array, list[bo
     return arr, exact
 
 
-def _marker_mask(col: pa.Array | pa.ChunkedArray, marker: str) -> pa.Array | pa.ChunkedArray | None:
+def marker_mask(col: pa.Array | pa.ChunkedArray, marker: str) -> pa.Array | pa.ChunkedArray | None:
     """Where a string or bytes column holds the partial-update placeholder (None: no such column)."""
     typ = col.type
     if pa.types.is_dictionary(typ):
@@ -168,7 +168,7 @@ class _EventBuilder:
         marker = config.unavailable_value
         self.marker = marker
         self.marker_columns = (
-            [f.name for f in schema if _marker_mask(pa.nulls(0, f.type), marker) is not None]
+            [f.name for f in schema if marker_mask(pa.nulls(0, f.type), marker) is not None]
             if marker is not None
             else []
         )
@@ -205,7 +205,7 @@ class _EventBuilder:
             slow[:] = True
         if self.marker is not None:
             for name in self.marker_columns:
-                mask = _marker_mask(table.column(name), self.marker)
+                mask = marker_mask(table.column(name), self.marker)
                 if mask is not None:
                     slow |= numpy_bool(mask) & ~deleted
         typ = self.ordering_type
@@ -494,7 +494,7 @@ class MergedLogs:
             for i, name in enumerate(self.schema.names):
                 col = pc.if_else(use, logs.column(name), cols[i])
                 if fill.any() and name in self._events.marker_columns and self.config.unavailable_value:
-                    mask = _marker_mask(cols[i], self.config.unavailable_value)
+                    mask = marker_mask(cols[i], self.config.unavailable_value)
                     if mask is not None:
                         col = pc.if_else(pc.and_(pa.array(fill), mask), logs.column(name), col)
                 cols[i] = col

@@ -24,6 +24,7 @@ from inlet.core.index.simple import LOG_KEYS, one_array
 from inlet.core.keys import KeyGenerator
 from inlet.core.log import writer as logs
 from inlet.core.merge import dedupe as merging
+from inlet.core.merge.log_events import marker_mask
 from inlet.core.schema import (
     META_COLUMNS,
     cast_to,
@@ -56,6 +57,9 @@ class WriteContext:
     cache_log_keys: bool = True
     # a CDC-enabled table's supplemental logging mode: merges also write a CDC log (write.cdc_log)
     cdc_mode: CdcLoggingMode | None = None
+    # the partial-update placeholder (Debezium's unchanged TOAST value): an incoming string or bytes
+    # value equal to it takes the value of the stored record it replaces (None: no partial updates)
+    unavailable_value: str | None = None
 
 
 def _meta(n: int, value: str) -> pa.Array:
@@ -89,6 +93,10 @@ def write_file_group(
 
     Upserts and deletes merge each stored record with the incoming record of its key (the
     merge mode decides; a key stored twice is merged twice, as Apache Hudi's merge handle does).
+    An incoming record that replaces a stored one keeps the stored value of every string or bytes
+    column where it holds ``ctx.unavailable_value`` (Hudi's ``FILL_UNAVAILABLE`` partial update, as
+    ``PostgresDebeziumAvroPayload`` does for Debezium's unchanged TOAST values; Merge-on-Read reads
+    and compactions fill the same way, see :mod:`inlet.core.merge.records`).
     Inserts (``fg.concat``) keep every stored record and append the incoming ones.
 
     The file is named with the write token ``<task_id>-<stage_id>-<attempt>`` (distinct attempts
@@ -104,10 +112,12 @@ def write_file_group(
     deleted_flags = np.asarray(incoming.column(DELETED).to_numpy(zero_copy_only=False), dtype=bool)
 
     kept = None
+    existing: pa.Table | None = None
     before = None  # stored records this merge replaces (the CDC before images)
     num_updates = num_deletes = 0
     write_new = ~deleted_flags  # incoming records written as new records
     updates = np.zeros(0, dtype=np.int64)  # incoming positions written over stored records
+    replaced = np.zeros(0, dtype=np.int64)  # ... and the stored positions they replace
     if fg.base_file is not None:
         existing = storage.read_parquet(fg.base_file.path)
         existing = cast_to(existing, full_schema)
@@ -128,6 +138,7 @@ def write_file_group(
             replaced_rows[ex_idx[win]] = True
             winners = ex_match[ex_idx[win]]
             updates = winners[~deleted_flags[winners]]
+            replaced = ex_idx[win][~deleted_flags[winners]]
             num_updates = len(updates)
             num_deletes = int(deleted_flags[winners].sum())
             write_new[ex_match[ex_idx]] = False  # matched a stored record: never a new record
@@ -137,7 +148,10 @@ def write_file_group(
         if not ctx.populate_meta_fields:  # keys were only recomputed to merge; stored as null
             kept = kept.set_column(2, full_schema.field(2), pa.nulls(kept.num_rows, pa.string()))
     num_inserts = int(write_new.sum())
-    fresh = pa.concat_tables([incoming.take(pa.array(updates)), incoming.filter(pa.array(write_new))])
+    updated = incoming.take(pa.array(updates))
+    if existing is not None and len(updates) and ctx.unavailable_value is not None:
+        updated = _fill_unavailable(updated, existing.take(pa.array(replaced)), ctx)
+    fresh = pa.concat_tables([updated, incoming.filter(pa.array(write_new))])
 
     n = fresh.num_rows
     seq = _seqnos(ctx.instant_time, task_id, n, seq_start)
@@ -193,6 +207,22 @@ def write_file_group(
         },
         cdc_stats=cdc_stats or None,
     )
+
+
+def _fill_unavailable(updated: pa.Table, stored: pa.Table, ctx: WriteContext) -> pa.Table:
+    """``updated`` (incoming records, each replacing the stored record in the same row of
+    ``stored``) with the stored value wherever a string or bytes column holds the placeholder."""
+    assert ctx.unavailable_value is not None
+    for f in ctx.schema:
+        if f.name not in updated.column_names or f.name not in stored.column_names:
+            continue
+        col = updated.column(f.name)
+        mask = marker_mask(col, ctx.unavailable_value)
+        if mask is None or not pc.any(mask).as_py():
+            continue
+        filled = pc.if_else(mask, stored.column(f.name).cast(col.type), col)
+        updated = updated.set_column(updated.column_names.index(f.name), updated.field(f.name), filled)
+    return updated
 
 
 def _last_position(stored: pa.ChunkedArray, incoming: pa.ChunkedArray) -> np.ndarray:

@@ -28,6 +28,7 @@ from inlet.core.config import (
 )
 from inlet.core.errors import InvalidInputError, SchemaError
 from inlet.core.log import writer as logs
+from inlet.core.read.snapshot import merge_config
 from inlet.core.schema import (
     to_avro_schema,
 )
@@ -98,6 +99,8 @@ def write_context(
         cache_log_keys=table.meta.index_type is not IndexType.BUCKET,
         # Merge-on-Read commits are inferred, never logged: see write.cdc_log
         cdc_mode=table.meta.cdc_mode if table.meta.table_type is TableType.COPY_ON_WRITE else None,
+        # Copy-on-Write merges fill the placeholder as Merge-on-Read reads and compactions do
+        unavailable_value=merge_config(table).unavailable_value,
     )
 
 

@@ -24,7 +24,10 @@ Debezium events, the schema dropped) is JSON without schemas: decoded exactly as
 ``io.debezium.time.MicroTimestamp`` included) from the source catalog.
 
 Values: see :mod:`.types` (one converter per column, chosen from the Connect schema, the Avro writer
-schema or the catalog). ``headers`` are accepted for the consumer's convenience and not read.
+schema or the catalog). Of the ``headers`` only ``__debezium.oldkey`` is read: Debezium's
+PostgreSQL connector turns a primary-key UPDATE into a DELETE of the old key and a CREATE of the new
+one carrying the old key in that header; the CREATE's ``old_key`` holds its values, so the writer can
+give the new key the old row's unchanged TOASTed values.
 
 Everything else raises :class:`DecodeError` with a one-line reason.
 
@@ -45,6 +48,9 @@ grow).
 
 from __future__ import annotations
 
+import binascii
+import decimal
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,7 +60,7 @@ import orjson
 
 from inlet.core.keys import EMPTY_KEY, NULL_KEY
 from inlet.proto.changes.v1 import changes_pb2 as pb
-from inlet.services.cdc_consumer import avro
+from inlet.services.cdc_consumer import avro, connect_values
 from inlet.services.cdc_consumer.catalog import Catalog, connect_field
 from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.cdc_consumer.types import (
@@ -64,6 +70,7 @@ from inlet.services.cdc_consumer.types import (
     column_plan,
     fingerprint,
     key_text,
+    placeholder_literal,
 )
 
 __all__ = ["DecodeError", "Decoder", "KeylessMode", "ValueFormat", "row_record_key"]
@@ -72,6 +79,9 @@ ValueFormat = Literal["json", "avro", "auto"]
 KeylessMode = Literal["reject", "whole_row"]
 
 HEARTBEAT_PREFIX = "__debezium-heartbeat."
+#: the header Debezium puts on the CREATE of a primary-key change: the old key
+OLD_KEY_HEADER = "__debezium.oldkey"
+_log = logging.getLogger("inlet.cdc_consumer.decode")
 
 _OPS = {
     "c": pb.OPERATION_CREATE,
@@ -98,6 +108,7 @@ class _TablePlan:
     index: dict[str, int]
     key_names: tuple[str, ...]  # Kafka key field order
     key_indexes: tuple[int, ...]
+    wire: str  # "json" (bytes base64-encoded) or "avro"
 
 
 class Decoder:
@@ -159,10 +170,14 @@ class Decoder:
         fmt = self.value_format
         if fmt == "auto":
             fmt = "avro" if value[0] == avro.MAGIC else "json"
+        old_key = None
+        for name, header in headers or ():
+            if name == OLD_KEY_HEADER:
+                old_key = header
         try:
             if fmt == "avro":
-                return self._decode_avro(topic, partition, offset, key, value)
-            return self._decode_json(topic, partition, offset, key, value)
+                return self._decode_avro(topic, partition, offset, key, value, old_key)
+            return self._decode_json(topic, partition, offset, key, value, old_key)
         except DecodeError:
             raise
         except RecursionError:
@@ -174,7 +189,7 @@ class Decoder:
     # ------------------------------------------------------------------ JSON
 
     def _decode_json(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes, old_key: bytes | None
     ) -> list[pb.ChangeRecord]:
         payload, schema_bytes, envelope = self._parse_json(topic, value)
         if payload is None:
@@ -197,10 +212,10 @@ class Decoder:
             else:
                 return [
                     self._catalog_change(
-                        topic, partition, offset, payload, source, op, key_names, key_payload
+                        topic, partition, offset, payload, source, op, key_names, key_payload, old_key
                     )
                 ]
-        return [self._change(topic, partition, offset, payload, source, op, plan, key_payload)]
+        return [self._change(topic, partition, offset, payload, source, op, plan, key_payload, old_key)]
 
     def _parse_json(self, topic: str, value: bytes) -> tuple[Any, bytes | None, Any]:
         """(payload, schema bytes or None, the parsed ``schema`` when parsed in full)."""
@@ -288,7 +303,7 @@ class Decoder:
     # ------------------------------------------------------------------ Avro
 
     def _decode_avro(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes, old_key: bytes | None
     ) -> list[pb.ChangeRecord]:
         schema_id, body = avro.split(value)
         writer = self._schemas.get(schema_id)
@@ -320,7 +335,7 @@ class Decoder:
             plan = self._plans.get(plan_key)
             if plan is None:
                 plan = self._plan(plan_key, _envelope_row_fields(writer.connect), "avro", key_names)
-        return [self._change(topic, partition, offset, payload, source, op, plan, key_payload)]
+        return [self._change(topic, partition, offset, payload, source, op, plan, key_payload, old_key)]
 
     # ------------------------------------------------------------------ catalog (schemaless JSON)
 
@@ -334,6 +349,7 @@ class Decoder:
         op: int,
         key_names: tuple[str, ...] | None,
         key_payload: dict[str, Any] | None,
+        old_key: bytes | None,
     ) -> pb.ChangeRecord:
         if self.catalog is None:
             raise DecodeError("JSON value without schema and no source catalog configured (--database-url)")
@@ -358,7 +374,7 @@ class Decoder:
                 fields = [connect_field(cols[n]) for n in names]
                 plan = self._plan(plan_key, fields, "json", key_names)
             try:
-                return self._change(topic, partition, offset, payload, source, op, plan, key_payload)
+                return self._change(topic, partition, offset, payload, source, op, plan, key_payload, old_key)
             except DecodeError:
                 if attempt == 1:
                     raise
@@ -488,6 +504,7 @@ class Decoder:
             index=index,
             key_names=tuple(key_names or ()),
             key_indexes=tuple(key_indexes),
+            wire=wire,
         )
         with self._lock:
             self._plans[plan_key] = plan
@@ -503,6 +520,7 @@ class Decoder:
         op: int,
         plan: _TablePlan | None,
         key_payload: dict[str, Any] | None,
+        old_key: bytes | None = None,
     ) -> pb.ChangeRecord:
         src_schema, src_table = source.get("schema"), source.get("table")
         if not isinstance(src_schema, str) or not isinstance(src_table, str):
@@ -531,6 +549,8 @@ class Decoder:
         if after is not None:
             ev.after.SetInParent()
             _row(plan, after, "after", ev.after.values.add)
+            if op == pb.OPERATION_READ or (op == pb.OPERATION_CREATE and old_key is None):
+                _literal_placeholders(plan, ev.after, after)
         elif op != pb.OPERATION_DELETE:
             raise DecodeError(f"op {payload['op']!r} without 'after'")
         if key_payload is None:  # no primary key
@@ -574,7 +594,71 @@ class Decoder:
             except ValueError as e:
                 raise DecodeError(f"key column {name!r}: {e}") from None
         ev.record_key = _record_key(plan.key_names, texts)
+        if old_key is not None and op == pb.OPERATION_CREATE:
+            _fill_old_key(plan, ev, old_key)
         return record
+
+
+def _literal_placeholders(plan: _TablePlan, row: pb.Row, data: dict[str, Any]) -> None:
+    """PostgreSQL leaves out an unchanged TOASTed value only from an UPDATE's new row (and Debezium's
+    CREATE of a primary-key change's new key, which carries ``__debezium.oldkey``): in an insert or
+    a snapshot read, a value equal to Debezium's placeholder is the column's real value."""
+    for i, v in enumerate(row.values):
+        if v.WhichOneof("kind") == "unchanged":
+            literal = placeholder_literal(plan.schema.columns[i], data.get(plan.names[i]), plan.wire)
+            if literal is not None:
+                row.values[i].CopyFrom(literal)
+
+
+def _fill_old_key(plan: _TablePlan, ev: pb.ChangeEvent, header: bytes) -> None:
+    """``ev.old_key`` from Debezium's ``__debezium.oldkey`` header (Connect's ``Values`` text of the
+    key struct, see :mod:`.connect_values`, as the default ``SimpleHeaderConverter`` writes it; or
+    JSON, with or without a schema, from a ``JsonConverter`` as ``header.converter``). A header Inlet cannot read leaves ``old_key`` empty with
+    a warning: the change itself is sound; only its unchanged TOASTed values cannot be carried over."""
+    columns = plan.schema.columns
+    try:
+        try:
+            parsed = connect_values.parse(header.decode())
+        except ValueError:
+            parsed = orjson.loads(header)  # a JSON header converter (JSONDecodeError is a ValueError)
+        if parsed.__class__ is dict and parsed.keys() == {"schema", "payload"}:
+            parsed = parsed["payload"]  # JsonConverter with schemas
+        if parsed.__class__ is not dict:
+            raise ValueError(f"not a struct: {header[:80]!r}")
+        old = pb.Row()
+        add = old.values.add
+        for name, i in zip(plan.key_names, plan.key_indexes, strict=True):
+            raw = parsed.get(name)
+            ctype = columns[i].type
+            if raw is None:
+                add()
+            elif ctype == pb.COLUMN_TYPE_DECIMAL and raw.__class__ in (int, decimal.Decimal):
+                add(decimal_value=str(raw))  # Values writes a Connect Decimal as its number
+            else:
+                if raw.__class__ is decimal.Decimal and ctype in (
+                    pb.COLUMN_TYPE_FLOAT32,
+                    pb.COLUMN_TYPE_FLOAT64,
+                ):
+                    raw = float(raw)
+                elif plan.wire == "avro" and ctype == pb.COLUMN_TYPE_BYTES and raw.__class__ is str:
+                    raw = binascii.a2b_base64(raw, strict_mode=True)  # Values writes bytes base64
+                plan.converters[i](add, raw)
+            if old.values[-1].WhichOneof("kind") == "unchanged":
+                raise ValueError(f"key column {name!r} is Debezium's placeholder")
+        missing = [n for n in plan.key_names if n not in parsed]
+        if missing:
+            raise ValueError(f"no key column {missing[0]!r}")
+    except (ValueError, TypeError, KeyError, OverflowError, UnicodeDecodeError, Unrepresentable) as e:
+        _log.warning(
+            "%s: cannot read the old key %r of a primary-key change (%s); its unchanged TOASTed values "
+            "are not carried over to the new key %s",
+            ev.table_id,
+            header[:120],
+            e,
+            ev.record_key,
+        )
+        return
+    ev.old_key.CopyFrom(old)
 
 
 def _tx_id(debezium_id: Any) -> str:

@@ -542,6 +542,42 @@ def fingerprint(columns: list[pb.Column]) -> str:
 # ------------------------------------------------------------------------------ record keys
 
 
+_TEXT_TYPES = (CT.COLUMN_TYPE_STRING, CT.COLUMN_TYPE_JSON, CT.COLUMN_TYPE_UUID)
+_INT_TYPES = (CT.COLUMN_TYPE_INT16, CT.COLUMN_TYPE_INT32, CT.COLUMN_TYPE_INT64)
+
+
+def placeholder_literal(column: pb.Column, raw: Any, wire: str) -> Value | None:
+    """``raw``, a value a converter read as Debezium's unchanged-TOAST placeholder, as the column's
+    real value (for an insert or a snapshot read, where PostgreSQL always sends the value); None for
+    a form that has no literal reading here (geometry)."""
+    ctype = column.type
+    if ctype in _TEXT_TYPES:
+        if raw.__class__ is str:
+            return Value(string_value=raw)
+        if raw.__class__ is dict:  # hstore
+            return Value(string_value=orjson.dumps(raw, option=orjson.OPT_SORT_KEYS).decode())
+        return None
+    if ctype == CT.COLUMN_TYPE_BYTES:
+        if raw.__class__ is bytes:
+            return Value(bytes_value=raw)
+        return Value(bytes_value=_b64(raw)) if wire == "json" and raw.__class__ is str else None
+    if ctype == CT.COLUMN_TYPE_LIST and raw.__class__ is list:
+        values = []
+        for item in raw:
+            if item is None:
+                values.append(Value())
+                continue
+            if column.element.type in _INT_TYPES and item.__class__ is int:
+                values.append(Value(int_value=item))
+                continue
+            elem = placeholder_literal(column.element, item, wire)
+            if elem is None:
+                return None
+            values.append(elem)
+        return Value(list_value=pb.ListValue(values=values))
+    return None
+
+
 def key_text(column: pb.Column, value: pb.Value) -> str | None:
     """How a key value is rendered in the Hudi record key (``None`` for NULL).
 

@@ -44,11 +44,12 @@ missed because its transaction was still open streams after the row with a lower
 So an incremental snapshot fills keys the lake lacks but never overwrites a row the stream wrote (to
 resynchronise a lake that drifted, ``inlet verify --repair`` writes at a real LSN).
 
-TOAST: an ``Unchanged`` value takes the key's previous value from earlier in the same batch when there
-is one; otherwise a string/bytes column gets Debezium's placeholder ``__debezium_unavailable_value``,
-which Hudi's FILL_UNAVAILABLE partial update (and Inlet's reader and compaction) replace with the
-stored value. ``Unchanged`` in another type (e.g. an ``int[]``) without an earlier value in the batch
-is looked up in the table.
+TOAST: an ``Unchanged`` value takes the key's previous value (see :func:`to_arrow`): from ``before``,
+from the key's earlier change in the batch, or from the stored row -- for a string/bytes column as
+Debezium's placeholder ``__debezium_unavailable_value``, which the merge (Copy-on-Write) and Inlet's
+reader and compaction (Merge-on-Read) replace with the stored value, as Hudi's FILL_UNAVAILABLE
+partial update does; for other types, and for the new key of a primary-key change (``old_key``), read
+from the table here.
 """
 
 from __future__ import annotations
@@ -221,6 +222,32 @@ def key_values(table: Any, column: str, values: list[Any]) -> list[Any]:
     return list(pa.array(values, _as_numbers(typ)).cast(typ))
 
 
+def table_lookups(
+    table: Any,
+) -> tuple[Callable[[], list[dict[str, Any]]], Callable[[list[dict[str, Any]]], list[dict[str, Any]]]]:
+    """``(existing_keys, current_rows)`` for :func:`to_arrow` reading ``table`` (a ``HudiTable``):
+    every stored key, and the stored rows of some keys (as :func:`table_rows` gives them)."""
+    keys = list(table.record_key_fields)
+
+    def existing_keys() -> list[dict[str, Any]]:
+        if table.schema() is None:
+            return []
+        return table_rows(table.read(columns=keys, meta_columns=False))
+
+    def current_rows(images: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if table.schema() is None:
+            return []
+        first = keys[0]
+        values = sorted({i[first] for i in images if i.get(first) is not None}, key=repr)
+        try:
+            found = table.read(filters=[(first, "in", key_values(table, first, values))], meta_columns=False)
+        except OverflowError:  # a date/timestamp key past year 9999 cannot be a filter value
+            found = table.read(meta_columns=False)
+        return table_rows(found)
+
+    return existing_keys, current_rows
+
+
 def _placeholder(arrow: pa.DataType) -> Any:
     if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
         return PLACEHOLDER
@@ -283,6 +310,85 @@ def batch_schema(changes: Sequence[Change]) -> tuple[list[pa.Field], list[str]]:
     return [pa.field(n, types[n], True) for n in order], keys
 
 
+@dataclass(frozen=True)
+class _Stored:
+    """An unchanged TOASTed value that is the stored row's of ``key`` (a record key of the batch);
+    ``via_key_change``: reached through a primary-key change (another key's row)."""
+
+    key: str
+    via_key_change: bool
+
+
+@dataclass(frozen=True)
+class _FromKey:
+    """An unchanged TOASTed value that is ``key``'s as of just before LSN ``lsn`` (the new row of a
+    primary-key change, whose old key is ``key``)."""
+
+    key: str
+    lsn: int
+
+
+def _resolve_unchanged(
+    versions: dict[str, list[tuple[int, int, dict[str, Any], str | None]]],
+    unresolved: list[tuple[int, int, str, dict[str, Any], str | None]],
+) -> None:
+    """Replace each ``UNCHANGED`` value of ``unresolved`` rows by the value of the key's previous
+    version in the batch, or by a :class:`_Stored` when there is none.
+
+    A key's previous version is its change that arrived before (a key's changes arrive in order:
+    they share a partition). For the new row of a primary-key change it is the old key's last
+    change with a smaller LSN (its delete has the change's LSN; the old key's changes may arrive
+    after it, from another partition). Both passes are linear in the batch (a chain of updates
+    copies the value one step at a time; only chains of primary-key changes are followed).
+    """
+    last: dict[str, dict[str, Any]] = {}
+    pending = iter(unresolved)
+    nxt = next(pending, None)
+    by_seq = sorted(((v[1], rk, v[2], v[3]) for rk, vs in versions.items() for v in vs), key=lambda t: t[0])
+    for seq, rk, row, old_rk in by_seq:
+        if nxt is not None and nxt[1] == seq:
+            lsn = nxt[0]
+            nxt = next(pending, None)
+            prev = last.get(rk)
+            for name, value in list(row.items()):
+                if value is not UNCHANGED:
+                    continue
+                if old_rk is not None:
+                    row[name] = _FromKey(old_rk, lsn)
+                elif prev is None:
+                    row[name] = _Stored(rk, False)
+                elif prev[DELETED_COL]:
+                    row[name] = None  # the key did not exist before: nothing to keep
+                else:
+                    row[name] = prev.get(name)
+        last[rk] = row
+    for _, _, _, row, _ in unresolved:
+        for name, value in list(row.items()):
+            if isinstance(value, _FromKey):
+                row[name] = _old_value(versions, value, name)
+
+
+def _old_value(
+    versions: dict[str, list[tuple[int, int, dict[str, Any], str | None]]], ref: _FromKey, name: str
+) -> Any:
+    """The value of column ``name`` that ``ref`` stands for: the old key's last change with a smaller
+    LSN, following earlier primary-key changes (each to a smaller LSN, so this ends)."""
+    while True:
+        before = [v for v in versions.get(ref.key, ()) if v[0] < ref.lsn]
+        if not before:
+            return _Stored(ref.key, True)
+        row = before[-1][2]
+        if row[DELETED_COL]:
+            return None
+        value = row.get(name)
+        if isinstance(value, _FromKey):
+            ref = value
+            continue
+        if isinstance(value, _Stored):
+            return _Stored(value.key, True)
+        return value
+
+
 def to_arrow(
     changes: Sequence[Change],
     key_fields: Sequence[str] | None = None,
@@ -294,8 +400,18 @@ def to_arrow(
 
     A TRUNCATE becomes deletes, at its LSN, of every key in the table (``existing_keys()``) and of
     every key written earlier in the batch; changes after it (larger LSNs) win over those deletes.
-    ``current_rows(keys)`` returns the table's rows of those keys: the value of a TOAST-unchanged
-    column that is neither string nor bytes and has no earlier value in the batch comes from there.
+    ``current_rows(keys)`` returns the table's rows of those keys (see :func:`table_lookups`).
+
+    An unchanged TOASTed value takes the value of the key's previous version: the ``before`` image
+    when it has the column (REPLICA IDENTITY FULL), else the key's change before it in the batch (in
+    arrival order: a key's changes share a partition), else the stored row. On the new key of a primary-key change (a CREATE with
+    ``old_key``, or an UPDATE whose ``before`` key differs) the previous version is the old key's,
+    as of just before the change. Where that ends at the key's own stored row, a string or bytes
+    column gets Debezium's placeholder, which the merge replaces with the stored value (Hudi's
+    FILL_UNAVAILABLE partial update, also on Copy-on-Write); any other column, and a value that
+    ends at another key's stored row (a primary-key change), is read from the table here. A value
+    found nowhere (the old key's row is not in the table) is stored as the placeholder (string and
+    bytes) or null, with a warning.
     """
     fields, schema_keys = batch_schema(changes)
     keys = list(key_fields) if key_fields is not None else schema_keys
@@ -305,8 +421,12 @@ def to_arrow(
             types[k] = table_schema.field(k).type
             fields.append(pa.field(k, types[k], True))
     synthetic = not keys or keys == [SYNTHETIC_KEY_COL]
+    key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
     rows: list[dict[str, Any]] = []
-    latest: dict[str, dict[str, Any]] = {}  # record key -> last full image in this batch
+    # every version of a key in this batch: (lsn, arrival, row, old key of a primary-key change)
+    versions: dict[str, list[tuple[int, int, dict[str, Any], str | None]]] = {}
+    key_images: dict[str, dict[str, Any]] = {}
+    unresolved: list[tuple[int, int, str, dict[str, Any], str | None]] = []
 
     def meta(ev: pb.ChangeEvent, op: str, deleted: bool) -> dict[str, Any]:
         src = ev.source
@@ -322,21 +442,27 @@ def to_arrow(
         }
 
     def key_of(image: dict[str, Any]) -> str:
-        return "\x00".join(repr(image.get(k)) for k in keys)
+        return "\x00".join(repr(image.get(k)) for k in key_names)
+
+    def add_row(rk: str, row: dict[str, Any], old_rk: str | None = None) -> None:
+        key_images.setdefault(rk, {k: row.get(k) for k in key_names})
+        version = (row[LSN_COL] or 0, len(rows), row, old_rk)
+        versions.setdefault(rk, []).append(version)
+        if not row[DELETED_COL] and any(v is UNCHANGED for v in row.values()):
+            unresolved.append((version[0], version[1], rk, row, old_rk))
+        rows.append(row)
 
     def add_change(ev: pb.ChangeEvent) -> None:
         if ev.op == pb.OPERATION_TRUNCATE:
             truncated: dict[str, dict[str, Any]] = {}
-            key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
             for image in [*(existing_keys() if existing_keys else []), *rows]:
                 if image.get(DELETED_COL):
                     continue
                 key_image = {n: image.get(n) for n in key_names}
-                truncated["\x00".join(repr(v) for v in key_image.values())] = key_image
-            for key_image in truncated.values():
+                truncated[key_of(key_image)] = key_image
+            for rk, key_image in truncated.items():
                 key_image.update(meta(ev, "d", True))
-                rows.append(key_image)
-            latest.clear()
+                add_row(rk, key_image)
             return
         if ev.op not in OPS:
             raise RowError(f"{ev.table_id}: operation {pb.Operation.Name(ev.op)} is not handled here")
@@ -350,8 +476,7 @@ def to_arrow(
             if synthetic:
                 image[SYNTHETIC_KEY_COL] = ev.record_key
             image.update(meta(ev, "d", True))
-            latest.pop(ev.record_key if synthetic else key_of(image), None)
-            rows.append(image)
+            add_row(ev.record_key if synthetic else key_of(image), image)
             return
         if not ev.HasField("after"):
             raise RowError(f"{ev.table_id}: {pb.Operation.Name(ev.op)} without an after image")
@@ -359,29 +484,28 @@ def to_arrow(
         if synthetic:
             after[SYNTHETIC_KEY_COL] = ev.record_key
         rk = ev.record_key if synthetic else key_of(after)
+        old_rk = None
+        if not synthetic and ev.op == pb.OPERATION_CREATE and ev.old_key.values:
+            cols = {c.name: c for c in ev.schema.columns}
+            old = {
+                k: _py(v, cols[k], types[k])
+                for k, v in zip(key_columns(ev.schema), ev.old_key.values, strict=False)
+            }
+            old_rk = key_of(old) if key_of(old) != rk else None
+            if old_rk is not None:
+                key_images.setdefault(old_rk, old)  # its stored row may be read below
         if before is not None and not synthetic and ev.op == pb.OPERATION_UPDATE:
             old = {k: before.get(k) for k in keys}
             if all(v is not UNCHANGED for v in old.values()) and key_of(old) != rk:
                 gone = dict(old)
                 gone.update(meta(ev, "d", True))
-                latest.pop(key_of(old), None)
-                rows.append(gone)
-        prev = latest.get(rk)
+                add_row(key_of(old), gone)
+                old_rk = key_of(old)
         for name, value in list(after.items()):
-            if value is UNCHANGED:
-                if prev is not None and name in prev:
-                    after[name] = prev[name]
-                elif before is not None and before.get(name) not in (None, UNCHANGED):
-                    after[name] = before[name]
-                else:
-                    after[name] = _placeholder(types[name])  # UNCHANGED: looked up in the table below
-        latest[rk] = {
-            k: v
-            for k, v in after.items()
-            if v is not UNCHANGED and v != PLACEHOLDER and v != PLACEHOLDER.encode()
-        }
+            if value is UNCHANGED and before is not None and before.get(name) not in (None, UNCHANGED):
+                after[name] = before[name]  # REPLICA IDENTITY FULL: the value before the change
         after.update(meta(ev, OPS[ev.op], False))
-        rows.append(after)
+        add_row(rk, after, old_rk)
 
     for ch in changes:
         try:
@@ -391,28 +515,40 @@ def to_arrow(
             named = not table_id or str(e).startswith(f"{table_id}: ")
             raise (e if named else RowError(f"{table_id}: {e}")) from None
 
-    missing = [r for r in rows if any(v is UNCHANGED for v in r.values())]
-    if missing:
-        if current_rows is None:
-            name = next(k for k, v in missing[0].items() if v is UNCHANGED)
-            raise RowError(
-                f"column {name!r} ({types[name]}) is unchanged (TOAST) with no earlier value in the batch "
-                "and no table to look it up in"
-            )
-        key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
-        stored = {
-            "\x00".join(repr(r.get(k)) for k in key_names): r
-            for r in current_rows([{k: r.get(k) for k in key_names} for r in missing])
-        }
-        for r in missing:
-            stored_row = stored.get("\x00".join(repr(r.get(k)) for k in key_names))
-            for name, v in list(r.items()):
-                if v is UNCHANGED:
-                    if stored_row is None:
-                        log.warning(
-                            "column %s of a TOAST-unchanged row is not in the table; stored as null", name
-                        )
-                    r[name] = stored_row.get(name) if stored_row is not None else None
+    _resolve_unchanged(versions, unresolved)
+    lookups = [
+        (r, name, v) for _, _, _, r, _ in unresolved for name, v in r.items() if isinstance(v, _Stored)
+    ]
+    if lookups:
+        needed = []
+        for r, name, v in lookups:
+            if v.via_key_change or _placeholder(types[name]) is UNCHANGED:
+                needed.append((r, name, v))
+            else:
+                r[name] = _placeholder(types[name])  # the merge fills it from the stored row
+        wanted = {v.key for _, _, v in needed}
+        stored: dict[str, dict[str, Any]] = {}
+        if wanted:
+            if current_rows is None:
+                name = needed[0][1]
+                raise RowError(
+                    f"column {name!r} ({types[name]}) is unchanged (TOAST) with no earlier value in the batch "
+                    "and no table to look it up in"
+                )
+            stored = {key_of(r): r for r in current_rows([key_images[k] for k in sorted(wanted)])}
+        for r, name, v in needed:
+            stored_row = stored.get(v.key)
+            if stored_row is None or name not in stored_row:
+                log.warning(
+                    "column %s of a TOAST-unchanged row: the %s row is not in the table; stored as %s",
+                    name,
+                    "old key's" if v.via_key_change else "key's",
+                    "the placeholder" if _placeholder(types[name]) is not UNCHANGED else "null",
+                )
+                fallback = _placeholder(types[name])
+                r[name] = None if fallback is UNCHANGED else fallback
+            else:
+                r[name] = stored_row[name]
 
     out_fields = list(fields)
     if synthetic:

@@ -59,8 +59,7 @@ from inlet.services.writer.rows import (
     Change,
     RowError,
     key_columns,
-    key_values,
-    table_rows,
+    table_lookups,
     to_arrow,
 )
 
@@ -480,24 +479,7 @@ class Writer:
             table = HudiTable.open(st.path, commit_protocol=st.protocol)
             keys = list(table.record_key_fields)
 
-            def existing_keys() -> list[dict[str, Any]]:
-                if table.schema() is None:
-                    return []
-                return table_rows(table.read(columns=keys, meta_columns=False))
-
-            def current_rows(images: list[dict[str, Any]]) -> list[dict[str, Any]]:
-                if table.schema() is None:
-                    return []
-                first = keys[0]
-                values = sorted({i[first] for i in images if i.get(first) is not None}, key=repr)
-                try:
-                    found = table.read(
-                        filters=[(first, "in", key_values(table, first, values))], meta_columns=False
-                    )
-                except OverflowError:  # a date/timestamp key past year 9999 cannot be a filter value
-                    found = table.read(meta_columns=False)
-                return table_rows(found)
-
+            existing_keys, current_rows = table_lookups(table)
             arrow = to_arrow(
                 changes,
                 key_fields=keys,

@@ -427,6 +427,7 @@ class ChangeEvent(_message.Message):
     SCHEMA_VERSION_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     TRANSACTION_FIELD_NUMBER: _builtins.int
+    OLD_KEY_FIELD_NUMBER: _builtins.int
     table_id: _builtins.str
     """"<topic prefix>.<schema>.<table>", e.g. "dbserver1.public.customers" """
     op: Global___Operation.ValueType
@@ -454,6 +455,14 @@ class ChangeEvent(_message.Message):
     def source(self) -> Global___SourcePosition: ...
     @_builtins.property
     def transaction(self) -> Global___TransactionRef: ...
+    @_builtins.property
+    def old_key(self) -> Global___Row:
+        """A primary-key UPDATE reaches Debezium's PostgreSQL connector as a DELETE of the old key and a
+        CREATE of the new one; on that CREATE, the old key's values (key_position order, as `key`),
+        from the header `__debezium.oldkey`. Empty otherwise. Its unchanged TOASTed values are the old
+        key's row's.
+        """
+
     def __init__(
         self,
         *,
@@ -467,10 +476,11 @@ class ChangeEvent(_message.Message):
         schema_version: _builtins.str = ...,
         source: Global___SourcePosition | None = ...,
         transaction: Global___TransactionRef | None = ...,
+        old_key: Global___Row | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "key", b"key", "schema", b"schema", "source", b"source", "transaction", b"transaction"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "key", b"key", "old_key", b"old_key", "schema", b"schema", "source", b"source", "transaction", b"transaction"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "key", b"key", "op", b"op", "record_key", b"record_key", "schema", b"schema", "schema_version", b"schema_version", "source", b"source", "table_id", b"table_id", "transaction", b"transaction"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "before", b"before", "key", b"key", "old_key", b"old_key", "op", b"op", "record_key", b"record_key", "schema", b"schema", "schema_version", b"schema_version", "source", b"source", "table_id", b"table_id", "transaction", b"transaction"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
