@@ -18,10 +18,11 @@ import psycopg
 import pytest
 
 from inlet.services.stack import EmbeddedPostgres
-from inlet.services.stack.processes import free_port
+from inlet.services.stack.processes import StackError, free_port
 from inlet.services.stack.source import (
     SourceCheck,
     drop_replication,
+    drop_slot,
     ensure_publication,
     mask_url,
     preflight,
@@ -173,6 +174,21 @@ def test_slot_state_shows_retained_wal_and_drop_is_idempotent(pg_url: str, roles
     while (after := slot_state(url, name)).retained_wal_bytes < before.retained_wal_bytes + 100_000:
         assert time.monotonic() < deadline, f"the slot holds only {after.retained_wal_bytes} bytes"
         time.sleep(0.1)
+    # a slot something streams from is not dropped: the error says so
+    repl = psycopg.connect(url, replication="database", autocommit=True)
+    try:
+        repl.pgconn.send_query(
+            f"START_REPLICATION SLOT {name} LOGICAL 0/0 (proto_version '1', publication_names '{name}')".encode()
+        )
+        deadline = time.monotonic() + 10
+        while not slot_state(url, name).active:
+            assert time.monotonic() < deadline, "the slot did not become active"
+            time.sleep(0.05)
+        with pytest.raises(StackError, match=f"replication slot {name} is still active"):
+            drop_slot(url, name, wait_s=0.5)
+    finally:
+        repl.pgconn.finish()  # the connection is streaming: no more commands on it
+    # once the stream ends the slot is dropped (drop waits for its server process to go)
     assert drop_replication(url, name) == {"slot_dropped": True, "publication_dropped": True}
     with psycopg.connect(pg_url) as conn:
         assert not conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone()
