@@ -161,11 +161,6 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             conn.execute("DELETE FROM cli_items WHERE id > 45")
         wait_for_lake(lake, ["cli_items"], 120)  # type: ignore[arg-type]
 
-        # another source for this directory: one line, nothing started
-        other = run("stack", "up", "--dir", str(d), "--source", url.replace("/shop", "/postgres"))
-        assert other.returncode != 0 and len(other.stderr.strip().splitlines()) == 1, other.stderr
-        assert "use another --dir for another source" in other.stderr
-
         # down: nothing left, and the slot (with the WAL it holds) is shown
         pids = [c["pid"] for c in status(d)["components"] if c.get("pid")]
         assert not processes_mentioning(PASSWORD), "the password is on a command line"
@@ -193,7 +188,7 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         check_offsets(lake.table_path("cli_items"))
         assert all(c["restarts"] == 0 for c in status(d)["components"])  # a new supervisor
 
-        # down --drop-slot: the source keeps nothing of the stack (and a second one finds nothing)
+        # down --drop-slot: the source keeps nothing of the stack
         dropped = json.loads(inlet("stack", "down", "--dir", str(d), "--drop-slot"))
         assert dropped["slot_dropped"] is True and dropped["publication_dropped"] is True
         with psycopg.connect(url) as conn:
@@ -201,9 +196,6 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
                 "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)
             ).fetchone()
             assert not conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
-        again_dropped = json.loads(inlet("stack", "down", "--dir", str(d), "--drop-slot"))
-        assert again_dropped["slot_dropped"] is False and again_dropped["publication_dropped"] is False
-        assert status(d)["source"]["slot_exists"] is False
 
         assert not [o for o in OUTPUT if PASSWORD in o], "the password was printed"
         for written in (d / "stack.json", *(d / "logs").glob("*.log"), d / "debezium" / "connect.log"):

@@ -8,6 +8,7 @@ slot as ``stack status`` shows it (the WAL it holds back) and ``stack down --dro
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.parse
 import uuid
@@ -194,3 +195,32 @@ def test_slot_state_shows_retained_wal_and_drop_is_idempotent(pg_url: str, roles
         assert not conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone()
         assert not conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
     assert drop_replication(url, name) == {"slot_dropped": False, "publication_dropped": False}
+
+
+def test_a_stack_directory_keeps_its_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Another --source for a directory, or --source for one of the embedded PostgreSQL, is one
+    line (naming no password) before anything connects or starts; so is --drop-slot without a source."""
+    from inlet.services.cli.main import main
+    from inlet.services.stack.supervisor import StackConfig
+
+    theirs, embedded = tmp_path / "theirs", tmp_path / "embedded"
+    StackConfig(dir=str(theirs), source="postgresql://a:pw-one@db.example:5432/shop").save()
+    StackConfig(dir=str(embedded)).save()
+    assert (theirs / "config.json").stat().st_mode & 0o777 == 0o600  # it holds the password
+    cases = [
+        (
+            ["up", "--dir", str(theirs), "--source", "postgresql://a:pw-two@db.example:5432/other"],
+            "another source",
+        ),
+        (
+            ["up", "--dir", str(embedded), "--source", "postgresql://a:pw-two@db.example/shop"],
+            "its own PostgreSQL",
+        ),
+        (["down", "--dir", str(embedded), "--drop-slot"], "--drop-slot is for a stack started with --source"),
+    ]
+    for argv, reason in cases:
+        assert main(["stack", *argv]) == 2
+        err = capsys.readouterr().err
+        assert reason in err and len(err.strip().splitlines()) == 1, err
+        assert "pw-" not in err
+    assert "db.example:5432/shop" in json.loads((theirs / "config.json").read_text())["source"]
