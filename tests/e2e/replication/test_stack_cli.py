@@ -200,9 +200,10 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         assert not [o for o in OUTPUT if PASSWORD in o], "the password was printed"
         for written in (d / "stack.json", *(d / "logs").glob("*.log"), d / "debezium" / "connect.log"):
             assert PASSWORD not in written.read_text(errors="replace"), f"the password is in {written}"
-        assert (d / "config.json").stat().st_mode & 0o077 == 0, (
-            "config.json (it holds the password) is readable by others"
-        )
+        for holder in (d / "config.json", d / "debezium" / "connector.properties"):
+            assert holder.stat().st_mode & 0o077 == 0, (
+                f"{holder} (it holds the password) is readable by others"
+            )
     finally:
         if (d / "supervisor.pid").exists():
             subprocess.run(
