@@ -91,6 +91,16 @@ def test_a_replication_role_owning_its_tables_passes(pg_url: str, roles: list[st
     assert published == [("public", "items")]
     again = preflight(url, ["public.*"], name)
     assert again.publication_exists and again.publication_owned and publication_mode(again) == "filtered"
+    # a matched table the role does not own cannot join the publication Debezium keeps filtered
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE theirs (id int PRIMARY KEY)")
+        conn.execute(f"GRANT SELECT ON theirs TO {role}")
+    assert preflight(url, ["public.*"], name).problems == [
+        f"role {role} may not add public.theirs to its publication {name} (it does not own them): leave "
+        f"them out of --tables, or as a superuser run DROP PUBLICATION {name}; CREATE PUBLICATION {name} "
+        "FOR ALL TABLES"
+    ]
+    assert preflight(url, ["public.items"], name).problems == []
     assert drop_replication(url, name) == {"slot_dropped": False, "publication_dropped": True}
 
 

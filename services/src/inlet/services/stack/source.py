@@ -186,6 +186,19 @@ def _check(conn: psycopg.Connection[Any], check: SourceCheck, globs: Sequence[st
     _check_publication(conn, check, name, database, bool(may_create))
 
 
+def _not_owned(conn: psycopg.Connection[Any], tables: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The tables whose owner the current role is not (nor a member of)."""
+    return [
+        (s, t)
+        for s, t in tables
+        if not conn.execute(
+            """SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_class c
+               JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s""",
+            (s, t),
+        ).fetchone()[0]  # type: ignore[index]
+    ]
+
+
 def _check_publication(
     conn: psycopg.Connection[Any], check: SourceCheck, name: str, database: str, may_create: bool
 ) -> None:
@@ -196,30 +209,33 @@ def _check_publication(
     if pub is not None:
         check.publication_exists = True
         check.publication_owned = bool(pub[0]) and not pub[1]
-        if not pub[1]:
-            published = set(
-                conn.execute(
-                    "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,)
-                ).fetchall()
-            )
-            missing = [t for t in check.tables if t not in published]
-            if missing and not check.publication_owned:
-                check.warnings.append(
-                    f"publication {name} lacks {_names(missing)}: their changes do not replicate until "
-                    f"a superuser runs ALTER PUBLICATION {name} ADD TABLE {_quoted(missing)}"
+        if pub[1]:
+            return
+        if check.publication_owned and not check.superuser:
+            # Debezium sets the publication's tables at every start: only to tables the role owns
+            not_owned = _not_owned(conn, check.tables)
+            if not_owned:
+                check.problems.append(
+                    f"role {check.role} may not add {_names(not_owned)} to its publication {name} (it does "
+                    f"not own them): leave them out of --tables, or as a superuser run DROP PUBLICATION "
+                    f"{name}; CREATE PUBLICATION {name} FOR ALL TABLES"
                 )
+            return
+        published = set(
+            conn.execute(
+                "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,)
+            ).fetchall()
+        )
+        missing = [t for t in check.tables if t not in published]
+        if missing and not check.publication_owned:
+            check.warnings.append(
+                f"publication {name} lacks {_names(missing)}: their changes do not replicate until "
+                f"a superuser runs ALTER PUBLICATION {name} ADD TABLE {_quoted(missing)}"
+            )
         return
     if check.superuser:
         return
-    not_owned = [
-        (s, t)
-        for s, t in check.tables
-        if not conn.execute(
-            """SELECT pg_has_role(c.relowner, 'USAGE') FROM pg_class c
-               JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s""",
-            (s, t),
-        ).fetchone()[0]  # type: ignore[index]
-    ]
+    not_owned = _not_owned(conn, check.tables)
     if not_owned or not may_create:
         why = (
             f"it does not own {_names(not_owned)}" if not_owned else f"it lacks CREATE on database {database}"
