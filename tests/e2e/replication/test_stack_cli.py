@@ -1,4 +1,9 @@
-"""``inlet stack up | status | down`` as a user runs them: the supervisor is a background process."""
+"""``inlet stack up | status | down`` as a user runs them: the supervisor is a background process.
+
+The stack replicates "the user's" PostgreSQL (``--source``): a server started here, with a role that
+is no superuser - it has REPLICATION and owns its tables, as an application's role would. The
+stack's own PostgreSQL (``make demo``'s path) is covered by tests/e2e/demo.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +21,13 @@ import psycopg
 import pytest
 from conftest import check_offsets, compare_inlet, processes_mentioning, wait_for, wait_for_lake
 
+from inlet.services.stack import EmbeddedPostgres
+from inlet.services.stack.source import replication_name
+
 pytestmark = pytest.mark.slow
 
 COMPONENTS = {
-    "postgres",
+    "coordinator_store",
     "s3",
     "kafka",
     "coordinator",
@@ -30,13 +38,23 @@ COMPONENTS = {
 }
 
 
-def inlet(*args: str, timeout: float = 400) -> str:
+PASSWORD = "app-s3cret-pw"
+OUTPUT: list[str] = []  # everything the commands printed: the password must never be there
+
+
+def run(*args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, "-m", "inlet.services.cli.main", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+    OUTPUT.extend((proc.stdout, proc.stderr))
+    return proc
+
+
+def inlet(*args: str, timeout: float = 400) -> str:
+    proc = run(*args, timeout=timeout)
     assert proc.returncode == 0, f"inlet {' '.join(args)} failed: {proc.stderr[-2000:]}"
     return proc.stdout
 
@@ -66,22 +84,52 @@ class Lake:
         return self.lake / self.database / "public" / table
 
 
+def start_source(server_dir: Path) -> tuple[EmbeddedPostgres, str]:
+    """The user's PostgreSQL: database shop owned by role shop_app (REPLICATION, no superuser),
+    with a table that already holds rows."""
+    pg = EmbeddedPostgres(server_dir / "source").start()
+    with psycopg.connect(pg.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE shop_app LOGIN REPLICATION PASSWORD '{PASSWORD}'")
+        conn.execute("CREATE DATABASE shop OWNER shop_app")
+    url = f"postgresql://shop_app:{PASSWORD}@127.0.0.1:{pg.port}/shop"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE cli_items (id int PRIMARY KEY, v text, at timestamptz DEFAULT now())")
+        conn.execute("INSERT INTO cli_items (id, v) SELECT g, 'v' || g FROM generate_series(1, 50) g")
+    return pg, url
+
+
 def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
-    """``up`` prints every address and returns once healthy; ``status --json`` lists every
-    component with its pid and health; a SIGKILLed component is restarted by the supervisor (its
-    restart count goes up and logs/supervisor.log says so) and changes keep flowing; ``down``
-    leaves no process of the stack; ``up`` on the same directory resumes: changes made after it
-    appear once, and nothing is replicated twice (no duplicate key, no offset consumed twice)."""
+    """``up --source`` loads the rows already in the user's database and replicates what follows,
+    through a slot and publication named for --dir; it prints every address and returns once
+    healthy; ``status --json`` lists every component with its pid and health and the slot's
+    retained WAL; a SIGKILLed component is restarted by the supervisor (its restart count goes up
+    and logs/supervisor.log says so) and changes keep flowing; ``down`` leaves no process of the
+    stack, and ``status`` then says the slot holds WAL; ``up`` on the same directory reuses the
+    saved source and resumes: changes made after it appear once, and nothing is replicated twice
+    (no duplicate key, no offset consumed twice); ``down --drop-slot`` removes slot and
+    publication. The password is never printed, logged, or on a command line."""
     d = server_dir / "stack"
+    source_pg, url = start_source(server_dir)
+    name = replication_name(d)
     try:
         addresses = json.loads(
-            inlet("stack", "up", "--dir", str(d), "--batch-interval-ms", "500").splitlines()[-1]
+            inlet("stack", "up", "--dir", str(d), "--source", url, "--batch-interval-ms", "500").splitlines()[
+                -1
+            ]
         )
-        assert set(addresses) >= COMPONENTS
-        url = addresses["postgres"]["url"]
+        assert set(addresses) >= COMPONENTS and "postgres" not in addresses
+        assert addresses["source"] == {"url": url.replace(PASSWORD, "***"), "slot": name}
         for host_port in (addresses["kafka"]["bootstrap"], addresses["coordinator"]["address"]):
             assert host_port.startswith("127.0.0.1:")
-        lake = Lake(url, Path(addresses["lake"]), url.rsplit("/", 1)[1])
+        lake = Lake(url, Path(addresses["lake"]), "shop")
+        with psycopg.connect(source_pg.url(), autocommit=True) as conn:  # nothing made there but these
+            assert [r[0] for r in conn.execute("SELECT datname FROM pg_database ORDER BY 1")] == [
+                "postgres",
+                "shop",
+                "template0",
+                "template1",
+            ]
+        wait_for_lake(lake, ["cli_items"], 120)  # type: ignore[arg-type]  # the rows there before `up`
 
         st = status(d)
         assert st["state"] == "running"
@@ -90,11 +138,11 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         for c in comps.values():
             assert isinstance(c["pid"], int) and alive(c["pid"]), c
             assert c["healthy"] is True and c["restarts"] == 0, c
-
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE TABLE cli_items (id int PRIMARY KEY, v text, at timestamptz DEFAULT now())")
-            conn.execute("INSERT INTO cli_items (id, v) SELECT g, 'v' || g FROM generate_series(1, 50) g")
-        wait_for_lake(lake, ["cli_items"], 120)  # type: ignore[arg-type]
+        assert st["source"]["slot"] == name and st["source"]["active"] is True
+        assert (
+            isinstance(st["source"]["retained_wal_bytes"], int)
+            and not st["source"]["holds_wal_while_stopped"]
+        )
 
         # a killed component is restarted and says so
         old = comps["cdc_consumer"]["pid"]
@@ -113,19 +161,24 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             conn.execute("DELETE FROM cli_items WHERE id > 45")
         wait_for_lake(lake, ["cli_items"], 120)  # type: ignore[arg-type]
 
-        # down: nothing left
+        # down: nothing left, and the slot (with the WAL it holds) is shown
         pids = [c["pid"] for c in status(d)["components"] if c.get("pid")]
+        assert not processes_mentioning(PASSWORD), "the password is on a command line"
         stopped = json.loads(inlet("stack", "down", "--dir", str(d)))
         assert stopped["was_running"] is True
         assert not [p for p in pids if alive(p)], "a component outlived down"
         assert not processes_mentioning(str(d)), "a process of the stack outlived down"
-        assert status(d)["state"] == "stopped"
-        with pytest.raises(psycopg.OperationalError):
-            psycopg.connect(url, connect_timeout=3).close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO cli_items (id, v) VALUES (999, 'while the stack was down')")
+        st = status(d)
+        assert st["state"] == "stopped"
+        assert st["source"]["holds_wal_while_stopped"] is True and st["source"]["active"] is False
+        text = inlet("stack", "status", "--dir", str(d))
+        assert f"the stack is stopped but slot {name} holds" in text, text
 
-        # up again: same addresses, the pipeline resumes where it was
+        # up again, without --source: the saved one; the pipeline resumes where it was
         again = json.loads(inlet("stack", "up", "--dir", str(d)).splitlines()[-1])
-        assert again["postgres"]["url"] == url
+        assert again["source"] == addresses["source"]
         assert again["kafka"]["bootstrap"] == addresses["kafka"]["bootstrap"]
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("INSERT INTO cli_items (id, v) VALUES (1000, 'after the restart')")
@@ -134,6 +187,23 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         compare_inlet(lake, "cli_items")  # type: ignore[arg-type]
         check_offsets(lake.table_path("cli_items"))
         assert all(c["restarts"] == 0 for c in status(d)["components"])  # a new supervisor
+
+        # down --drop-slot: the source keeps nothing of the stack
+        dropped = json.loads(inlet("stack", "down", "--dir", str(d), "--drop-slot"))
+        assert dropped["slot_dropped"] is True and dropped["publication_dropped"] is True
+        with psycopg.connect(url) as conn:
+            assert not conn.execute(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)
+            ).fetchone()
+            assert not conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+
+        assert not [o for o in OUTPUT if PASSWORD in o], "the password was printed"
+        for written in (d / "stack.json", *(d / "logs").glob("*.log"), d / "debezium" / "connect.log"):
+            assert PASSWORD not in written.read_text(errors="replace"), f"the password is in {written}"
+        for holder in (d / "config.json", d / "debezium" / "connector.properties"):
+            assert holder.stat().st_mode & 0o077 == 0, (
+                f"{holder} (it holds the password) is readable by others"
+            )
     finally:
         if (d / "supervisor.pid").exists():
             subprocess.run(
@@ -147,4 +217,5 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         left = processes_mentioning(str(d))
         for pid in left:
             os.kill(pid, signal.SIGKILL)
+        source_pg.stop()
         assert not left, f"processes of the stack left running: {left}"

@@ -3,6 +3,9 @@
 ``up`` starts a background supervisor (``inlet stack supervise``) and returns once every process is
 healthy, printing one JSON line with the addresses; ``down`` stops it (everything, in reverse
 order); ``status`` shows each process, its pid and health. State and logs live in ``--dir``.
+With ``--source URL`` the stack replicates the user's PostgreSQL (checked first by
+:func:`inlet.services.stack.source.preflight`); ``status`` then shows the WAL its replication slot
+holds, and ``down --drop-slot`` drops the slot and the publication.
 """
 
 from __future__ import annotations
@@ -17,9 +20,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.runtime import Setting, SettingsError, StopSignal, add_arguments, resolve
-from inlet.services.stack.supervisor import PID_FILE, STATE_FILE, Stack, StackConfig
+from inlet.services.stack import source
+from inlet.services.stack.processes import StackError
+from inlet.services.stack.supervisor import (
+    CONFIG_FILE,
+    INITIAL_LOAD_FILE,
+    PID_FILE,
+    STATE_FILE,
+    Stack,
+    StackConfig,
+)
 
 ENV_PREFIX = "INLET_STACK_"
 DEFAULT_DIR = ".inlet/stack"
@@ -37,7 +51,20 @@ UP_SETTINGS = (
         default=("public.*",),
         metavar="GLOB",
     ),
-    Setting("database", "--database", "source database (also Debezium's topic prefix)", default="app"),
+    Setting(
+        "source",
+        "--source",
+        "replicate this PostgreSQL (postgresql://USER:PASSWORD@HOST:PORT/DB; wal_level=logical, a role "
+        "with REPLICATION and SELECT on the tables) instead of starting one; kept in DIR/config.json, so "
+        "a later `up` reuses it",
+        metavar="URL",
+    ),
+    Setting(
+        "database",
+        "--database",
+        "the embedded source database, and Debezium's topic prefix (default app; with --source the "
+        "URL's database)",
+    ),
     Setting("engine", "--engine", "writer engine: local or spark", default="local", metavar="ENGINE"),
     Setting("buckets", "--buckets", "bucket-index buckets of new tables", kind="int", default=4, metavar="N"),
     Setting(
@@ -93,6 +120,9 @@ PostgreSQL (wal_level=logical) -> Debezium (Kafka Connect) -> Kafka (Tansu, topi
 S3 store) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table>, committed
 through the commit coordinator, compacted and cleaned by the table-services service, registered
 in a Hive Metastore by catalog sync (database <db>_<schema>). A process that dies is restarted (logs/supervisor.log says so).
+With --source the stack replicates that PostgreSQL instead (checked first: wal_level, the role's
+REPLICATION and SELECT, a free slot) through slot and publication inlet_<dir name>_<hash>, and its own
+PostgreSQL only keeps the coordinator's state.
 """
 
 UP_EPILOG = """\
@@ -100,6 +130,8 @@ examples:
   inlet stack up --dir /tmp/stack                 # prints {"postgres": ..., "kafka": ..., ...}
   psql "$(inlet stack status --dir /tmp/stack --json | jq -r .addresses.postgres.url)"
   inlet stack down --dir /tmp/stack               # a later `up` resumes where it stopped
+  inlet stack up --dir /tmp/shop --source postgresql://inlet:PW@db:5432/shop   # your PostgreSQL
+  inlet stack down --dir /tmp/shop --drop-slot    # and drop its slot + publication on the source
 """
 
 
@@ -147,7 +179,35 @@ def _config(args: argparse.Namespace) -> StackConfig:
         raise UsageError(f"--kafka-storage must be s3 or memory, got {storage!r}")
     values["persistent_kafka"] = storage == "s3"
     values["dir"] = str(Path(values["dir"]).resolve())
+    saved = StackConfig.load(Path(values["dir"])) if (Path(values["dir"]) / CONFIG_FILE).exists() else None
+    if saved is not None:
+        if values["source"] is None:
+            values["source"] = saved.source  # a later `up` repeats the saved source
+        elif saved.source is None:
+            raise UsageError(
+                f"{values['dir']} holds a stack of its own PostgreSQL; use another --dir for --source"
+            )
+        elif not source.same_source(saved.source, values["source"]):
+            raise UsageError(
+                f"{values['dir']} replicates {source.mask_url(saved.source)}, not "
+                f"{source.mask_url(values['source'])}; use another --dir for another source"
+            )
+    if values["database"] is None:
+        values["database"] = source.database_of(values["source"]) if values["source"] else "app"
     return StackConfig(**values)
+
+
+def _preflight(config: StackConfig) -> None:
+    """Check the ``--source`` server before anything starts: the first problem is the error."""
+    if not config.source:
+        return
+    name = config.replication_name
+    assert name is not None
+    check = source.preflight(config.source, config.tables, name)
+    for warning in check.warnings:
+        print(f"inlet stack: warning: {warning}", file=sys.stderr, flush=True)
+    if check.problems:
+        raise CliError(check.problems[0])
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -155,6 +215,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     directory = config.root
     timeout = resolve(args, UP_SETTINGS, ENV_PREFIX)["timeout"]
     if _supervisor_pid(directory) is None:
+        _preflight(config)
         config.save()
         (directory / "logs").mkdir(parents=True, exist_ok=True)
         (directory / STATE_FILE).unlink(missing_ok=True)
@@ -199,19 +260,55 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     directory = _dir(args)
+    config = StackConfig.load(directory)
+    name = config.replication_name if config is not None else None
+    if args.drop_slot and name is None:
+        raise UsageError(f"--drop-slot is for a stack started with --source; {directory} has none")
     pid = _supervisor_pid(directory)
-    if pid is None:
-        print(json.dumps({"event": "stopped", "dir": str(directory), "was_running": False}))
-        return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 120
-    while _supervisor_pid(directory) is not None:
-        if time.monotonic() > deadline:
-            raise CliError(f"the stack supervisor (pid {pid}) did not stop in 120 s")
-        time.sleep(0.3)
-    (directory / PID_FILE).unlink(missing_ok=True)
-    print(json.dumps({"event": "stopped", "dir": str(directory), "was_running": True}))
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while _supervisor_pid(directory) is not None:
+            if time.monotonic() > deadline:
+                raise CliError(f"the stack supervisor (pid {pid}) did not stop in 120 s")
+            time.sleep(0.3)
+        (directory / PID_FILE).unlink(missing_ok=True)
+    out: dict[str, Any] = {"event": "stopped", "dir": str(directory), "was_running": pid is not None}
+    if args.drop_slot:
+        assert config is not None and config.source and name
+        try:
+            out.update(slot=name, **source.drop_replication(config.source, name))
+            # the changes made from now on are in no slot: a later `up` loads the tables anew
+            # (Debezium's offsets point into the dropped slot's stream)
+            (directory / "debezium" / "offsets.dat").unlink(missing_ok=True)
+            (directory / INITIAL_LOAD_FILE).unlink(missing_ok=True)
+        except psycopg.Error as e:
+            raise CliError(
+                f"cannot drop slot {name} on {source.mask_url(config.source)}: {str(e).strip().splitlines()[0]}"
+            ) from None
+        except StackError as e:
+            raise CliError(str(e)) from None
+    print(json.dumps(out))
     return 0
+
+
+def _source_status(config: StackConfig | None, running: bool) -> dict[str, Any] | None:
+    """The --source stack's slot on the source: exists, active, the WAL it holds back."""
+    if config is None or not config.source or config.replication_name is None:
+        return None
+    out: dict[str, Any] = {"url": source.mask_url(config.source), "slot": config.replication_name}
+    try:
+        slot = source.slot_state(config.source, config.replication_name)
+    except psycopg.Error as e:
+        out["error"] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return out
+    out.update(
+        slot_exists=slot.exists,
+        active=slot.active,
+        retained_wal_bytes=slot.retained_wal_bytes,
+        holds_wal_while_stopped=slot.exists and not running,
+    )
+    return out
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -222,6 +319,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         state = {"state": "stopped", "components": []}
     if not running and state.get("state") not in ("failed",):
         state["state"] = "stopped"
+    src = _source_status(StackConfig.load(directory), running)
+    if src is not None:
+        state["source"] = src
     if args.json:
         print(json.dumps(state))
         return 0
@@ -230,7 +330,23 @@ def cmd_status(args: argparse.Namespace) -> int:
         health = (
             "healthy" if c.get("healthy") and running else ("up" if c.get("alive") and running else "down")
         )
-        print(f"  {c['name']:<14} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}")
+        print(f"  {c['name']:<17} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}")
+    if src is not None:
+        print(f"  source {src['url']}, slot {src['slot']}: ", end="")
+        if "error" in src:
+            print(f"cannot read it ({src['error']})")
+        elif not src["slot_exists"]:
+            print("no slot")
+        else:
+            print(
+                f"{'active' if src['active'] else 'inactive'}, retains {src['retained_wal_bytes']} bytes of WAL"
+            )
+            if src["holds_wal_while_stopped"]:
+                print(
+                    f"  the stack is stopped but slot {src['slot']} holds {src['retained_wal_bytes']} bytes "
+                    "of WAL on the source, growing with every change: `inlet stack up` resumes, "
+                    "`inlet stack down --drop-slot` drops it"
+                )
     return 0
 
 
@@ -268,6 +384,12 @@ def add_stack_commands(subparsers: Any) -> None:
     up.set_defaults(handler=cmd_up)
     down = sub.add_parser("down", help="stop the stack; its data stays in --dir", formatter_class=_formatter)
     add_arguments(down, (DIR_SETTING,), ENV_PREFIX)
+    down.add_argument(
+        "--drop-slot",
+        action="store_true",
+        help="then drop the --source stack's replication slot and publication on the source, so it "
+        "holds no WAL for it (a later `up` loads the tables anew)",
+    )
     down.set_defaults(handler=cmd_down)
     status = sub.add_parser("status", help="each process, its pid and health", formatter_class=_formatter)
     add_arguments(status, (DIR_SETTING,), ENV_PREFIX)

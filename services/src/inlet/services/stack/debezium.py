@@ -450,7 +450,11 @@ class EmbeddedDebezium:
         """Start the JVM and wait for RUNNING; False when the REST port was taken (caller retries)."""
         data = self.data_dir
         (data / "worker.properties").write_text(_properties(self.worker_config()))
-        (data / "connector.properties").write_text(_properties(self.connector_config()))
+        # readable by its owner only: it holds database.password
+        connector = data / "connector.properties"
+        connector.touch(mode=0o600)
+        connector.chmod(0o600)
+        connector.write_text(_properties(self.connector_config()))
         log_path = self.log_path
         assert log_path is not None
         if self._log_file is not None:

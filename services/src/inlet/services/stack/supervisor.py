@@ -1,7 +1,8 @@
 """The local stack: the whole replication pipeline as supervised processes under one directory.
 
 ``inlet stack up`` starts a supervisor in the background (``inlet stack supervise``), which starts,
-in order: PostgreSQL (``wal_level=logical``; the source database and the coordinator's), the S3
+in order: PostgreSQL (``wal_level=logical``; the source database and the coordinator's - with
+``--source`` it is the coordinator's store only and the user's server is the source), the S3
 store and the Kafka-protocol broker that keeps its topics there, a Hive Metastore, the commit
 coordinator, Debezium (Kafka Connect standalone with the PostgreSQL connector), the CDC consumer,
 the writer, the table-services service (compaction and clean after commits, so the writer never
@@ -30,6 +31,7 @@ from psycopg import sql
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.logs import log_event
 from inlet.services.runtime import StopSignal
+from inlet.services.stack import source
 from inlet.services.stack.components import CommandComponent, Component, ServerComponent
 from inlet.services.stack.kafka import EmbeddedKafka
 from inlet.services.stack.postgres import EmbeddedPostgres
@@ -77,6 +79,8 @@ class StackConfig:
     # the rows already in the tables on the first start: copy (inlet.services.writer.initial_load) or
     # debezium (Debezium's initial snapshot)
     initial_load: str = "copy"
+    # the user's PostgreSQL (postgresql://user:pass@host:port/db); None: the stack runs its own
+    source: str | None = None
 
     @property
     def root(self) -> Path:
@@ -90,9 +94,20 @@ class StackConfig:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def replication_name(self) -> str | None:
+        """The slot and publication of a ``--source`` stack (see :func:`source.replication_name`)."""
+        return source.replication_name(self.root) if self.source else None
+
     def save(self) -> None:
+        """Write ``config.json``, readable by its owner only (the source URL may hold a password)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / CONFIG_FILE).write_text(json.dumps(asdict(self), indent=2))
+        path = self.root / CONFIG_FILE
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
 
     @classmethod
     def load(cls, directory: Path) -> StackConfig | None:
@@ -155,7 +170,24 @@ class Stack:
 
     # -- the components, in start order ------------------------------------------------------------
 
+    @property
+    def source_url(self) -> str:
+        """The PostgreSQL that replicates: the user's (``--source``) or the embedded one."""
+        return self.config.source or self.pg.url(self.config.database)
+
     def _postgres(self) -> ServerComponent:
+        if self.config.source:
+            # the user's server is the source; this one only keeps the coordinator's state
+            store = EmbeddedPostgres(
+                self.config.root / "coordinator_store", port=self.ports.get("coordinator_store")
+            )
+            self.pg = store
+            return ServerComponent(
+                "coordinator_store",
+                store,
+                lambda: {"url": store.url(COORDINATOR_DB)},
+                after_start=lambda: _ensure_database(store, COORDINATOR_DB),
+            )
         pg = EmbeddedPostgres(self.config.root / "postgres", port=self.ports.get("postgres"))
         self.pg = pg
 
@@ -166,6 +198,19 @@ class Stack:
         return ServerComponent(
             "postgres", pg, lambda: {"url": pg.url(self.config.database)}, after_start=prepare
         )
+
+    def _check_source(self) -> source.SourceCheck | None:
+        """Preflight the ``--source`` server again (``inlet stack up`` did before starting us)."""
+        if not self.config.source:
+            return None
+        name = self.config.replication_name
+        assert name is not None
+        check = source.preflight(self.config.source, self.config.tables, name)
+        if check.problems:
+            raise StackError(check.problems[0])
+        for warning in check.warnings:
+            log_event(_log, logging.WARNING, "source", warning=warning)
+        return check
 
     def _kafka(self) -> list[Component]:
         out: list[Component] = []
@@ -267,19 +312,25 @@ class Stack:
     def _debezium(self) -> ServerComponent:
         from inlet.services.stack.debezium import EmbeddedDebezium
 
+        check = self._check_source()
         dbz = EmbeddedDebezium(
-            self.pg.url(self.config.database),
+            self.source_url,
             self.kafka.bootstrap,
             self.config.database,
             data_dir=self.config.root / "debezium",
             table_include_list=include_list(self.config.tables),
+            slot_name=self.config.replication_name,
+            publication_name=self.config.replication_name,
             rest_port=self.ports.get("debezium"),
             # a publication FOR ALL TABLES: tables created after the stack started replicate too
             # (a filtered publication is fixed when the connector first starts); the include list
-            # still decides which tables Debezium emits
-            extra_config={"publication.autocreate.mode": "all_tables"},
+            # still decides which tables Debezium emits. A --source role that is no superuser
+            # gets a filtered one, or uses the one a DBA made (source.publication_mode).
+            extra_config={
+                "publication.autocreate.mode": source.publication_mode(check) if check else "all_tables"
+            },
         )
-        dbz.extra_config.update(self._initial_load(dbz))
+        dbz.extra_config.update(self._initial_load(dbz, check))
 
         def running() -> bool:
             status = dbz.status()
@@ -290,7 +341,7 @@ class Stack:
 
         return ServerComponent("debezium", dbz, lambda: {"rest": dbz.rest_url}, check=running)
 
-    def _initial_load(self, dbz: EmbeddedDebezium) -> dict[str, str]:
+    def _initial_load(self, dbz: EmbeddedDebezium, check: source.SourceCheck | None) -> dict[str, str]:
         """Load the tables by COPY before Debezium first starts; the snapshot settings that follow.
 
         Runs once: its outcome is kept in ``initial_load.json``, and a stack whose Debezium already
@@ -305,11 +356,16 @@ class Stack:
         if state.exists():
             summary = json.loads(state.read_text())
         else:
-            dbz.drop_slot()
+            if check is None:
+                dbz.drop_slot()
+            else:  # on the user's server: our slot only; their publication stays
+                assert self.config.source is not None
+                source.drop_slot(self.config.source, dbz.slot_name)
+                source.ensure_publication(self.config.source, dbz.publication_name, check)
             client = CoordinatorClient(self.coordinator_address)
             try:
                 summary = initial_load.load(
-                    self.pg.url(self.config.database),
+                    self.source_url,
                     self.config.tables,
                     client=client,
                     lake_root=str(self.config.lake),
@@ -335,14 +391,17 @@ class Stack:
             f"^{prefix}\\.",
             "--topic-prefix",
             prefix,
-            "--database-url",
-            self.pg.url(self.config.database),
             "--metrics-listen",
             f"127.0.0.1:{port}",
             *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--consumer-option", opt)),
         )
         return CommandComponent(
-            "cdc_consumer", argv, self.config.logs / "cdc_consumer.log", f"http://127.0.0.1:{port}/healthz"
+            "cdc_consumer",
+            argv,
+            self.config.logs / "cdc_consumer.log",
+            f"http://127.0.0.1:{port}/healthz",
+            # by environment, not argv: a --source URL's password stays out of `ps` and stack.json
+            env={"INLET_CDC_DATABASE_URL": self.source_url},
         )
 
     def _table_config(self) -> Path:
@@ -381,6 +440,8 @@ class Stack:
 
     def addresses(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dir": str(self.config.root), "lake": str(self.config.lake)}
+        if self.config.source:
+            out["source"] = {"url": source.mask_url(self.config.source), "slot": self.config.replication_name}
         for c in self.components:
             out[c.name] = {k: v for k, v in c.describe().items() if k not in ("name", "pid", "log")}
         return out
