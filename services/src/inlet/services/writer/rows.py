@@ -283,30 +283,103 @@ def batch_schema(changes: Sequence[Change]) -> tuple[list[pa.Field], list[str]]:
     return [pa.field(n, types[n], True) for n in order], keys
 
 
+def _location_key(image: dict[str, Any], key_names: Sequence[str]) -> str:
+    return "\x00".join(repr(image.get(k)) for k in key_names)
+
+
+def _pick(
+    values: Sequence[pb.Value],
+    columns: Sequence[pb.Column],
+    names: Sequence[str],
+    types: dict[str, pa.DataType],
+) -> dict[str, Any] | None:
+    """The values of the columns ``names`` among ``values`` (of ``columns``); None if one is missing."""
+    at = {c.name: (c, v) for c, v in zip(columns, values, strict=False)}
+    if any(n not in at or n not in types for n in names):
+        return None
+    return {n: _py(at[n][1], at[n][0], types[n]) for n in names}
+
+
+def _locations(
+    changes: Sequence[Change],
+    key_names: Sequence[str],
+    part_names: Sequence[str],
+    types: dict[str, pa.DataType],
+    stored_locations: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+) -> dict[str, list[tuple[dict[str, Any], int | None]]]:
+    """Where the table has the rows of every key the batch changes: key -> (partition values,
+    ``_event_lsn``) of each stored row (a key stored nowhere maps to an empty list)."""
+    wanted: dict[str, dict[str, Any]] = {}
+    for ch in changes:
+        ev = ch.event
+        if ev.op == pb.OPERATION_TRUNCATE:
+            continue
+        images: list[dict[str, Any] | None]
+        if key_names == [SYNTHETIC_KEY_COL]:
+            images = [{SYNTHETIC_KEY_COL: ev.record_key}]
+        elif ev.op == pb.OPERATION_DELETE:
+            by_name = {c.name: c for c in ev.schema.columns}
+            key_cols = [by_name[n] for n in key_columns(ev.schema)]
+            images = [_pick(ev.key.values, key_cols, key_names, types)]
+        else:  # the new key, and the old one when an update changes it
+            images = [_pick(row.values, ev.schema.columns, key_names, types) for row in (ev.after, ev.before)]
+        for image in images:
+            if image is not None and all(image.get(n) not in (None, UNCHANGED) for n in key_names):
+                wanted.setdefault(_location_key(image, key_names), image)
+    where: dict[str, list[tuple[dict[str, Any], int | None]]] = {at: [] for at in wanted}
+    if not wanted:
+        return where
+    for row in stored_locations(list(wanted.values())):
+        at = _location_key(row, key_names)
+        if at in where:
+            where[at].append(({p: row.get(p) for p in part_names}, row.get(LSN_COL)))
+    return where
+
+
 def to_arrow(
     changes: Sequence[Change],
     key_fields: Sequence[str] | None = None,
     table_schema: pa.Schema | None = None,
     existing_keys: Callable[[], list[dict[str, Any]]] | None = None,
     current_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    partition_fields: Sequence[str] = (),
+    stored_locations: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> pa.Table:
     """The upsert input for ``changes`` (arrival order per key).
 
-    A TRUNCATE becomes deletes, at its LSN, of every key in the table (``existing_keys()``) and of
-    every key written earlier in the batch; changes after it (larger LSNs) win over those deletes.
-    ``current_rows(keys)`` returns the table's rows of those keys: the value of a TOAST-unchanged
-    column that is neither string nor bytes and has no earlier value in the batch comes from there.
+    A TRUNCATE becomes deletes, at its LSN, of every key in the table (``existing_keys()``, with the
+    ``partition_fields``) and of every key written earlier in the batch; changes after it (larger
+    LSNs) win over those deletes. ``current_rows(keys)`` returns the table's rows of those keys: the
+    value of a TOAST-unchanged column that is neither string nor bytes and has no earlier value in the
+    batch comes from there.
+
+    A table partitioned by columns outside its record key (``partition_fields``) is written with a
+    global index when ``stored_locations(keys)`` is given (the stored rows of those keys: record key,
+    partition and ``_event_lsn`` columns), as Apache Hudi's global index with
+    ``hoodie.simple.index.update.partition.path=true`` does: a key's row is where the table (or an
+    earlier change of the batch) has it. A delete goes to that partition whatever its ``before``
+    image holds (REPLICA IDENTITY DEFAULT sends only the key), and is dropped when the key is stored
+    nowhere and the image names no partition; a change that moves the row deletes it from its old
+    partition and writes it into the new one; a change older than the row's stored version
+    (``_event_lsn``) is dropped, as it would lose there anyway, so it moves nothing.
     """
     fields, schema_keys = batch_schema(changes)
     keys = list(key_fields) if key_fields is not None else schema_keys
     types = {f.name: f.type for f in fields}
-    for k in keys:  # a batch of only TRUNCATEs carries no schema: key types from the table
+    for k in dict.fromkeys([*keys, *partition_fields]):  # a batch of only TRUNCATEs carries no schema
         if k not in types and table_schema is not None and k in table_schema.names:
             types[k] = table_schema.field(k).type
             fields.append(pa.field(k, types[k], True))
     synthetic = not keys or keys == [SYNTHETIC_KEY_COL]
+    key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
+    # partition columns outside the key: a key's partition is not a function of the key
+    part_names = [p for p in partition_fields if p not in key_names]
     rows: list[dict[str, Any]] = []
     latest: dict[str, dict[str, Any]] = {}  # record key -> last full image in this batch
+    # global index: key -> its rows' (partition values, ordering value), stored or written in this batch
+    where: dict[str, list[tuple[dict[str, Any], int | None]]] | None = None
+    if part_names and stored_locations is not None:
+        where = _locations(changes, key_names, part_names, types, stored_locations)
 
     def meta(ev: pb.ChangeEvent, op: str, deleted: bool) -> dict[str, Any]:
         src = ev.source
@@ -324,19 +397,42 @@ def to_arrow(
     def key_of(image: dict[str, Any]) -> str:
         return "\x00".join(repr(image.get(k)) for k in keys)
 
+    def ordering(ev: pb.ChangeEvent) -> int:
+        return SNAPSHOT_ORDERING if ev.op == pb.OPERATION_READ else ev.source.lsn
+
+    def delete_rows(image: dict[str, Any], ev: pb.ChangeEvent) -> None:
+        """Deletes of ``image``'s key (and values): where the key's rows are (global index)."""
+        if where is None:
+            image.update(meta(ev, "d", True))
+            rows.append(image)
+            return
+        at = _location_key(image, key_names)
+        found = where.get(at, [])
+        if not found and all(image.get(p) not in (None, UNCHANGED) for p in part_names):
+            found = [({p: image[p] for p in part_names}, None)]  # stored nowhere: a harmless tombstone
+        for parts, _ in found:
+            row = {**image, **parts}
+            row.update(meta(ev, "d", True))
+            rows.append(row)
+        lsn = ordering(ev)
+        where[at] = [(parts, o) for parts, o in where.get(at, []) if o is not None and o > lsn]
+
     def add_change(ev: pb.ChangeEvent) -> None:
         if ev.op == pb.OPERATION_TRUNCATE:
             truncated: dict[str, dict[str, Any]] = {}
-            key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
+            names = list(dict.fromkeys([*key_names, *partition_fields]))  # the rows of every partition
             for image in [*(existing_keys() if existing_keys else []), *rows]:
                 if image.get(DELETED_COL):
                     continue
-                key_image = {n: image.get(n) for n in key_names}
+                key_image = {n: image.get(n) for n in names}
                 truncated["\x00".join(repr(v) for v in key_image.values())] = key_image
             for key_image in truncated.values():
                 key_image.update(meta(ev, "d", True))
                 rows.append(key_image)
             latest.clear()
+            if where is not None:
+                for at in where:
+                    where[at] = []
             return
         if ev.op not in OPS:
             raise RowError(f"{ev.table_id}: operation {pb.Operation.Name(ev.op)} is not handled here")
@@ -349,9 +445,8 @@ def to_arrow(
                 image[col_name] = _py(value, col, types[col_name])
             if synthetic:
                 image[SYNTHETIC_KEY_COL] = ev.record_key
-            image.update(meta(ev, "d", True))
             latest.pop(ev.record_key if synthetic else key_of(image), None)
-            rows.append(image)
+            delete_rows(image, ev)
             return
         if not ev.HasField("after"):
             raise RowError(f"{ev.table_id}: {pb.Operation.Name(ev.op)} without an after image")
@@ -359,17 +454,23 @@ def to_arrow(
         if synthetic:
             after[SYNTHETIC_KEY_COL] = ev.record_key
         rk = ev.record_key if synthetic else key_of(after)
+        at = _location_key(after, key_names)
+        stored_at = where.get(at, []) if where is not None else []
+        if any(o is not None and o > ordering(ev) for _, o in stored_at):
+            return  # older than the key's row (stored or earlier in the batch): it loses and moves nothing
         if before is not None and not synthetic and ev.op == pb.OPERATION_UPDATE:
             old = {k: before.get(k) for k in keys}
             if all(v is not UNCHANGED for v in old.values()) and key_of(old) != rk:
-                gone = dict(old)
-                gone.update(meta(ev, "d", True))
                 latest.pop(key_of(old), None)
-                rows.append(gone)
+                if where is None:
+                    old.update({p: before.get(p) for p in part_names if before.get(p) is not UNCHANGED})
+                delete_rows(old, ev)
         prev = latest.get(rk)
         for name, value in list(after.items()):
             if value is UNCHANGED:
-                if prev is not None and name in prev:
+                if name in part_names and stored_at:  # a TOASTed partition value: where the row is
+                    after[name] = stored_at[-1][0][name]
+                elif prev is not None and name in prev:
                     after[name] = prev[name]
                 elif before is not None and before.get(name) not in (None, UNCHANGED):
                     after[name] = before[name]
@@ -380,6 +481,15 @@ def to_arrow(
             for k, v in after.items()
             if v is not UNCHANGED and v != PLACEHOLDER and v != PLACEHOLDER.encode()
         }
+        if where is not None:
+            target = {p: after.get(p) for p in part_names}
+            for parts, _ in stored_at:
+                if parts != target:  # the row moves: delete it where it was
+                    moved = {k: after.get(k) for k in key_names}
+                    moved.update(parts)
+                    moved.update(meta(ev, "d", True))
+                    rows.append(moved)
+            where[at] = [(target, ordering(ev))]
         after.update(meta(ev, OPS[ev.op], False))
         rows.append(after)
 

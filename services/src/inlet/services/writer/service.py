@@ -52,16 +52,9 @@ from inlet.services.logs import log_event
 from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables
 from inlet.services.writer.batcher import Cut, Entry, TableBuffer
+from inlet.services.writer.lookup import batch_input
 from inlet.services.writer.metrics import WriterMetrics
-from inlet.services.writer.rows import (
-    OP_COL,
-    Change,
-    RowError,
-    key_columns,
-    key_values,
-    table_rows,
-    to_arrow,
-)
+from inlet.services.writer.rows import OP_COL, Change, RowError, key_columns
 
 log = logging.getLogger("inlet.writer")
 
@@ -445,40 +438,13 @@ class Writer:
             ckpt.CHECKPOINT_KEY: ckpt.format_checkpoint(st.topic, checkpoint_positions),
             ckpt.RANGES_KEY: ckpt.format_ranges(st.topic, ranges),
         }
-        truncates = [c for c in changes if c.event.op == pb.OPERATION_TRUNCATE]
         try:
             self._ensure_table(
                 st, next((c.event for c in changes if c.event.schema.columns), changes[0].event)
             )
             assert st.path is not None and st.protocol is not None
             table = HudiTable.open(st.path, commit_protocol=st.protocol)
-            keys = list(table.record_key_fields)
-
-            def existing_keys() -> list[dict[str, Any]]:
-                if table.schema() is None:
-                    return []
-                return table_rows(table.read(columns=keys, meta_columns=False))
-
-            def current_rows(images: list[dict[str, Any]]) -> list[dict[str, Any]]:
-                if table.schema() is None:
-                    return []
-                first = keys[0]
-                values = sorted({i[first] for i in images if i.get(first) is not None}, key=repr)
-                try:
-                    found = table.read(
-                        filters=[(first, "in", key_values(table, first, values))], meta_columns=False
-                    )
-                except OverflowError:  # a date/timestamp key past year 9999 cannot be a filter value
-                    found = table.read(meta_columns=False)
-                return table_rows(found)
-
-            arrow = to_arrow(
-                changes,
-                key_fields=keys,
-                table_schema=table.schema() if truncates else None,
-                existing_keys=existing_keys,
-                current_rows=current_rows,
-            )
+            arrow = batch_input(changes, table)
             faults.crash_point(BEFORE_WRITE)
             with self._writer_lease(st):
                 result = self._write(st, table, arrow, extra)
