@@ -29,7 +29,8 @@ Columns Apache Hudi's ``PostgresDebeziumSource`` adds (names from ``DebeziumCons
 ``_event_origin_ts_ms``, ``_event_tx_id``, ``_event_lsn``, ``_event_xmin`` (longs but the op and shard),
 plus ``_hoodie_is_deleted``. Deletes are rows with ``_hoodie_is_deleted = true`` carrying the key
 (and the ``before`` image when sent), so one upsert orders inserts, deletes and re-inserts of a key by
-``_event_lsn`` (EVENT_TIME_ORDERING). An UPDATE whose key changed also deletes the old key.
+``_event_lsn`` (EVENT_TIME_ORDERING). An UPDATE whose key changed also deletes the old key; in a
+table without a primary key, keyed by the whole row, that is every UPDATE that changes a value.
 
 Snapshot reads (Debezium ``r`` events, and the COPY initial load's rows) carry
 :data:`SNAPSHOT_ORDERING` (0) as ``_event_lsn``, not the snapshot's LSN, so they lose to every
@@ -63,6 +64,8 @@ import pyarrow as pa
 
 from inlet.core.schema import IS_DELETED_COLUMN
 from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.cdc_consumer.decode import row_record_key
+from inlet.services.cdc_consumer.errors import DecodeError
 
 log = logging.getLogger("inlet.writer.rows")
 
@@ -283,6 +286,17 @@ def batch_schema(changes: Sequence[Change]) -> tuple[list[pa.Field], list[str]]:
     return [pa.field(n, types[n], True) for n in order], keys
 
 
+def _old_row_key(ev: pb.ChangeEvent) -> str | None:
+    """The record key of an UPDATE's old image in a table keyed by the whole row (no primary key,
+    REPLICA IDENTITY FULL: the CDC consumer keys the new image the same way); None without one."""
+    if ev.op != pb.OPERATION_UPDATE or not ev.HasField("before") or not ev.before.values:
+        return None
+    try:
+        return row_record_key(ev.schema, ev.before)
+    except DecodeError as e:
+        raise RowError(f"the old image of an update cannot be keyed by its whole row: {e.reason}") from None
+
+
 def _location_key(image: dict[str, Any], key_names: Sequence[str]) -> str:
     return "\x00".join(repr(image.get(k)) for k in key_names)
 
@@ -316,7 +330,8 @@ def _locations(
             continue
         images: list[dict[str, Any] | None]
         if key_names == [SYNTHETIC_KEY_COL]:
-            images = [{SYNTHETIC_KEY_COL: ev.record_key}]
+            old_key = _old_row_key(ev)
+            images = [{SYNTHETIC_KEY_COL: k} for k in (ev.record_key, old_key) if k is not None]
         elif ev.op == pb.OPERATION_DELETE:
             by_name = {c.name: c for c in ev.schema.columns}
             key_cols = [by_name[n] for n in key_columns(ev.schema)]
@@ -458,6 +473,12 @@ def to_arrow(
         stored_at = where.get(at, []) if where is not None else []
         if any(o is not None and o > ordering(ev) for _, o in stored_at):
             return  # older than the key's row (stored or earlier in the batch): it loses and moves nothing
+        old_key = _old_row_key(ev) if synthetic else None
+        if old_key is not None and old_key != rk:  # keyed by the whole row: the old image goes
+            latest.pop(old_key, None)
+            gone: dict[str, Any] = {SYNTHETIC_KEY_COL: old_key}
+            gone.update({p: before.get(p) for p in part_names if before and before.get(p) is not UNCHANGED})
+            delete_rows(gone, ev)
         if before is not None and not synthetic and ev.op == pb.OPERATION_UPDATE:
             old = {k: before.get(k) for k in keys}
             if all(v is not UNCHANGED for v in old.values()) and key_of(old) != rk:
