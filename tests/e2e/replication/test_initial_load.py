@@ -7,7 +7,7 @@ sends each row's full image through Debezium, the CDC consumer and the writer, a
 afterwards equals the table read before (every column typed and valued exactly as the streaming path
 stores it, the table's schema unchanged); changes made after the start arrive once; a table COPY
 cannot load (no primary key, a ``point`` column) goes through Debezium's snapshot instead (where a
-table without a primary key is dead-lettered by the CDC consumer, as it always was).
+table without a primary key under REPLICA IDENTITY DEFAULT is skipped by the CDC consumer).
 """
 
 from __future__ import annotations

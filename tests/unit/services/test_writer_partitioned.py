@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import hudi_rs
 
 from inlet.core import HudiTable
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.writer.lookup import batch_input
 from inlet.services.writer.rows import LSN_COL, Change
-from tests.support import hudi_rs
 
 COLUMNS = [
     pb.Column(name="id", type=pb.COLUMN_TYPE_INT32, key_position=1),
