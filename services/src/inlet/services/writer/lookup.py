@@ -46,7 +46,6 @@ def batch_input(changes: Sequence[Change], table: HudiTable) -> pa.Table:
     keys per batch, as Apache Hudi's global simple index reads every partition's keys)."""
     keys = list(table.record_key_fields)
     parts = [p for p in table.partition_fields if p not in keys]
-    located = [*keys, *parts, LSN_COL]
     truncates = any(c.event.op == pb.OPERATION_TRUNCATE for c in changes)
     return to_arrow(
         changes,
@@ -55,5 +54,14 @@ def batch_input(changes: Sequence[Change], table: HudiTable) -> pa.Table:
         existing_keys=lambda: every_key(table, [*keys, *parts]),
         current_rows=lambda images: rows_of_keys(table, images),
         partition_fields=table.partition_fields,
-        stored_locations=lambda images: rows_of_keys(table, images, located) if parts else [],
+        stored_locations=lambda images: _locations(table, images, [*keys, *parts]),
     )
+
+
+def _locations(table: HudiTable, images: list[dict[str, Any]], columns: list[str]) -> list[dict[str, Any]]:
+    """The key, partition and ordering (``_event_lsn``, when the table has it) columns of the stored
+    rows of ``images``' keys."""
+    schema = table.schema()
+    if schema is None:
+        return []
+    return rows_of_keys(table, images, [*columns, *([LSN_COL] if LSN_COL in schema.names else [])])
