@@ -394,7 +394,11 @@ def to_arrow(
     # global index: key -> its rows' (partition values, ordering value), stored or written in this batch
     where: dict[str, list[tuple[dict[str, Any], int | None]]] | None = None
     if part_names and stored_locations is not None:
-        where = _locations(changes, key_names, part_names, types, stored_locations)
+        try:
+            where = _locations(changes, key_names, part_names, types, stored_locations)
+        except RowError as e:  # a key value that does not convert: named as add_change names it
+            table_id = next((ch.event.table_id for ch in changes if ch.event.table_id), "")
+            raise (e if str(e).startswith(f"{table_id}: ") else RowError(f"{table_id}: {e}")) from None
 
     def meta(ev: pb.ChangeEvent, op: str, deleted: bool) -> dict[str, Any]:
         src = ev.source
