@@ -69,10 +69,18 @@ def update(row: Row, lsn: int, before: Row | None = None) -> pb.ChangeEvent:
     return ev
 
 
-def delete_default(key: int, lsn: int) -> pb.ChangeEvent:
-    """A delete under REPLICA IDENTITY DEFAULT: ``before`` has the key, every other column null."""
+def delete_default(key: int, lsn: int, region: str | None = None) -> pb.ChangeEvent:
+    """A delete under REPLICA IDENTITY DEFAULT: ``before`` has the key, every other column null (or,
+    for a NOT NULL column, its type's default: Debezium sends ``''`` for text)."""
     ev = _event(pb.OPERATION_DELETE, key, lsn)
-    ev.before.CopyFrom(_values(key, None, None))
+    ev.before.CopyFrom(_values(key, region, None))
+    return ev
+
+
+def delete_full(row: Row, lsn: int) -> pb.ChangeEvent:
+    """A delete under REPLICA IDENTITY FULL: ``before`` has every column."""
+    ev = _event(pb.OPERATION_DELETE, row[0], lsn)
+    ev.before.CopyFrom(_values(*row))
     return ev
 
 
@@ -132,10 +140,17 @@ def table(request: pytest.FixtureRequest, tmp_path: Path) -> HudiTable:
 
 def test_a_delete_with_only_the_key_removes_the_row_from_its_partition(table: HudiTable) -> None:
     write(table, insert((1, "eu", "a"), 100), insert((2, "us", "b"), 101), insert((3, "eu", "c"), 102))
-    write(table, delete_default(1, 200), delete_default(2, 201))
+    write(table, delete_default(1, 200), delete_default(2, 201, region=""))
     assert stored(table) == [(3, "eu", "c")]
-    # in one batch with the insert, and a delete of a key stored nowhere is no partition of its own
-    write(table, insert((4, "apac", "d"), 300), delete_default(4, 301), delete_default(99, 302))
+    # in one batch with the insert; deletes of keys stored nowhere make no partition of their own
+    write(
+        table,
+        insert((4, "apac", "d"), 300),
+        delete_default(4, 301),
+        delete_default(99, 302),
+        delete_default(98, 303, region=""),
+        delete_full((97, "mars", "x"), 304),
+    )
     assert stored(table) == [(3, "eu", "c")]
     assert set(table.file_system_view().partitions()) <= {"apac", "eu", "us"}
 

@@ -373,8 +373,9 @@ def to_arrow(
     partition and ``_event_lsn`` columns), as Apache Hudi's global index with
     ``hoodie.simple.index.update.partition.path=true`` does: a key's row is where the table (or an
     earlier change of the batch) has it. A delete goes to that partition whatever its ``before``
-    image holds (REPLICA IDENTITY DEFAULT sends only the key), and is dropped when the key is stored
-    nowhere and the image names no partition; a change that moves the row deletes it from its old
+    image holds (under REPLICA IDENTITY DEFAULT only the key: Debezium sends null, or a NOT NULL
+    column's default such as ``''``, for the rest), and is dropped when the key is stored nowhere; a
+    change that moves the row deletes it from its old
     partition and writes it into the new one; a change older than the row's stored version
     (``_event_lsn``) is dropped, as it would lose there anyway, so it moves nothing.
     """
@@ -426,9 +427,7 @@ def to_arrow(
             rows.append(image)
             return
         at = _location_key(image, key_names)
-        found = where.get(at, [])
-        if not found and all(image.get(p) not in (None, UNCHANGED) for p in part_names):
-            found = [({p: image[p] for p in part_names}, None)]  # stored nowhere: a harmless tombstone
+        found = where.get(at, [])  # stored nowhere: nothing to delete (Hudi's global index drops it)
         for parts, _ in found:
             row = {**image, **parts}
             row.update(meta(ev, "d", True))
