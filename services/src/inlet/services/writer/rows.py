@@ -374,10 +374,10 @@ def to_arrow(
     ``hoodie.simple.index.update.partition.path=true`` does: a key's row is where the table (or an
     earlier change of the batch) has it. A delete goes to that partition whatever its ``before``
     image holds (under REPLICA IDENTITY DEFAULT only the key: Debezium sends null, or a NOT NULL
-    column's default such as ``''``, for the rest), and is dropped when the key is stored nowhere; a
-    change that moves the row deletes it from its old
-    partition and writes it into the new one; a change older than the row's stored version
-    (``_event_lsn``) is dropped, as it would lose there anyway, so it moves nothing.
+    column's default such as ``''``, for the rest), and is dropped when the key is stored nowhere;
+    a change that moves the row deletes it from its old partition and writes it into the new one;
+    a change older than the row's stored version (``_event_lsn``) is dropped, as it would lose
+    there anyway, so it moves nothing.
     """
     fields, schema_keys = batch_schema(changes)
     keys = list(key_fields) if key_fields is not None else schema_keys
