@@ -6,8 +6,8 @@ and :func:`connect_field` says how Debezium's PostgreSQL connector, with its def
 (``decimal.handling.mode=precise``, ``time.precision.mode=adaptive``,
 ``interval.handling.mode=numeric``, ``binary.handling.mode=bytes``, ``hstore.handling.mode=json``),
 encodes a column of that type -- as the Kafka Connect field schema it would have sent with
-schemas enabled, so :mod:`.types` maps all three formats the same way. It also says whether a table
-has a primary key and what its REPLICA IDENTITY is (how the decoder treats a table without one).
+schemas enabled, so :mod:`.types` maps all three formats the same way. It also reads a table's
+REPLICA IDENTITY (how the decoder treats a table without a primary key).
 """
 
 from __future__ import annotations
@@ -56,8 +56,7 @@ ORDER BY a.attnum
 
 
 _IDENTITY_QUERY = """
-SELECT c.relreplident,
-       EXISTS (SELECT 1 FROM pg_catalog.pg_index i WHERE i.indrelid = c.oid AND i.indisprimary)
+SELECT c.relreplident
 FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s
@@ -104,15 +103,14 @@ class PostgresCatalog:
             raise DecodeError(f"source catalog has no table {schema}.{table}")
         return {r[0]: CatalogColumn(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
 
-    def replica_identity(self, schema: str, table: str) -> tuple[bool, str]:
-        """Whether the table has a primary key, and its REPLICA IDENTITY (``DEFAULT``, ``FULL``,
-        ``NOTHING`` or ``USING INDEX``)."""
+    def replica_identity(self, schema: str, table: str) -> str:
+        """The table's REPLICA IDENTITY: ``DEFAULT``, ``FULL``, ``NOTHING`` or ``USING INDEX``."""
         rows = self._run(_IDENTITY_QUERY, schema, table, "replica identity")
         if not rows:
             raise DecodeError(f"source catalog has no table {schema}.{table}")
-        ident, has_key = rows[0]
+        ident = rows[0][0]
         ident = ident.decode() if isinstance(ident, bytes) else str(ident)
-        return bool(has_key), _IDENTITIES.get(ident, ident)
+        return _IDENTITIES.get(ident, ident)
 
     def _run(self, query: str, schema: str, table: str, what: str) -> list[Any]:
         import psycopg

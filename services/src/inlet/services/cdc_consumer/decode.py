@@ -36,7 +36,10 @@ decides what its changes become:
   (:func:`row_record_key`) of ``after`` (c/r/u) or ``before`` (d), ``key`` is empty and no column
   has a ``key_position``. Identical rows share a key (Hudi keeps one), and an UPDATE moves the row
   to a new key: the old one is ``row_record_key(schema, before)`` (the writer deletes it).
-- ``"skip"``: dropped, with one warning per table; the table's entries in transaction ENDs too.
+- ``"skip"``: dropped, with one warning per table; so are the table's entries in transaction ENDs
+  decoded after its first change (one decoded before has no change to wait for: the service relays
+  it, empty, after ``--transaction-end-wait-ms``). A table whose changes come with a key (a primary
+  key added, or Debezium's ``message.key.columns``) is replicated from then on.
 - ``"auto"`` (the service's default): ``"whole_row"`` for a table whose REPLICA IDENTITY is FULL,
   read from the source catalog, else ``"skip"``: under DEFAULT (or NOTHING, or USING INDEX)
   PostgreSQL publishes no old row for updates and deletes, so the lake could not follow them.
@@ -145,7 +148,7 @@ class Decoder:
         if keyless not in KEYLESS_MODES:
             raise ValueError(f"keyless must be one of {', '.join(KEYLESS_MODES)}, not {keyless!r}")
         self.keyless = keyless
-        self._keyless_modes: dict[str, str] = {}  # table id -> whole_row | skip | keyed (auto, decided)
+        self._keyless_modes: dict[str, str] = {}  # table id -> whole_row | skip (auto, decided)
         self.skipped: dict[str, str] = {}  # table id -> why its changes are skipped
         self.topic_prefix = topic_prefix
         self.value_format = value_format
@@ -447,7 +450,7 @@ class Decoder:
             ):
                 raise DecodeError(f"transaction END with a bad data_collections entry: {c!r:.80}")
             table_id = f"{prefix}.{c['data_collection']}" if prefix else c["data_collection"]
-            if self._skipped_end(table_id, c["data_collection"]):
+            if table_id in self.skipped:
                 continue  # no change of the table is relayed: neither is its count
             out.append(
                 pb.ChangeRecord(
@@ -475,7 +478,7 @@ class Decoder:
             )
             return "skip"
         found = self._keyless_modes.get(table_id)
-        if found is not None and found != "keyed":  # "keyed": the catalog said so before; no longer
+        if found is not None:
             return found
         identity = getattr(self.catalog, "replica_identity", None)
         if identity is None:
@@ -487,33 +490,13 @@ class Decoder:
             )
             mode = "skip"
         else:
-            _, ident = identity(schema, table)
+            ident = identity(schema, table)
             mode = "whole_row" if ident == "FULL" else "skip"
             if mode == "skip":
                 self._skip(table_id, _not_full(table_id, schema, table, ident))
         with self._lock:
             self._keyless_modes[table_id] = mode
         return mode
-
-    def _skipped_end(self, table_id: str, collection: str) -> bool:
-        """Whether a transaction END's entry for ``table_id`` is dropped: its changes are skipped (known
-        from a change, or under ``auto`` from the catalog: the END may come before the changes)."""
-        if table_id in self.skipped:
-            return True
-        identity = getattr(self.catalog, "replica_identity", None)
-        if self.keyless != "auto" or identity is None or table_id in self._keyless_modes:
-            return False
-        schema, _, table = collection.partition(".")
-        try:
-            has_key, ident = identity(schema, table)
-        except DecodeError:
-            return False  # decided by the table's changes
-        mode = "keyed" if has_key else "whole_row" if ident == "FULL" else "skip"
-        if mode == "skip":
-            self._skip(table_id, _not_full(table_id, schema, table, ident))
-        with self._lock:
-            self._keyless_modes[table_id] = mode
-        return mode == "skip"
 
     def _unskip(self, table_id: str) -> None:
         with self._lock:
