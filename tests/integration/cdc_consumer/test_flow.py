@@ -66,7 +66,7 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
 
     config = make_config(kafka_server.bootstrap, prefix)
     with running(config) as service:
-        # events_nopk has no primary key: its changes are dead letters, so nothing (not even an END,
+        # events_nopk has no primary key: its changes are skipped (no catalog shows its REPLICA IDENTITY), so nothing (not even an END,
         # which goes only where its changes went) reaches a topic of its own
         out_topics = [f"inlet.changes.{prefix}.public.{t}" for t in ("customers", "orders")]
         # at least: each change once and each END once (a TRUNCATE and an END go to several partitions)
@@ -142,7 +142,7 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
         copies = sum(rec.partition_event_counts.values())
         assert copies - truncated * (len(held) - 1) == rec.table_event_count
         assert o.partition in held and o.offset > max(held[o.partition])
-    no_key = f"{prefix}.public.events_nopk"  # dead-lettered changes: its ENDs go nowhere
+    no_key = f"{prefix}.public.events_nopk"  # skipped changes: its ENDs go nowhere
     assert {t: sorted(ids) for t, ids in got_tx.items()} == {
         t: sorted(ids) for t, ids in tx_ends.items() if t != no_key
     }

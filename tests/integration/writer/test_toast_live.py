@@ -29,7 +29,8 @@ from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer import Decoder
 from inlet.services.stack import TEST_CONSUMER_SETTINGS
 from inlet.services.writer import tables
-from inlet.services.writer.rows import Change, table_lookups, table_rows, to_arrow
+from inlet.services.writer.lookup import batch_input
+from inlet.services.writer.rows import Change, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -176,13 +177,7 @@ def test_unchanged_toast_keeps_the_stored_value(rounds: list[Round], table_type:
     problems = []
     for i, rnd in enumerate(rounds, start=1):
         table = HudiTable.open(path)
-        existing_keys, current_rows = table_lookups(table)
-        arrow = to_arrow(
-            [Change(ev, 0, n) for n, ev in enumerate(rnd.changes)],
-            key_fields=["id"],
-            existing_keys=existing_keys,
-            current_rows=current_rows,
-        )
+        arrow = batch_input([Change(ev, 0, n) for n, ev in enumerate(rnd.changes)], table)
         table.write(arrow, "upsert")
         problems += [f"after batch {i}: {d}" for d in _differences(_lake_rows(path), rnd.expected)]
     assert not problems, "\n".join(problems)

@@ -245,10 +245,14 @@ def plan_read(
     )
 
 
-def read_slice(table: TableHandle, plan: ReadPlan, fs: FileSlice) -> Iterator[pa.Table]:
+def read_slice(
+    table: TableHandle, plan: ReadPlan, fs: FileSlice, expr: ds.Expression | None = None
+) -> Iterator[pa.Table]:
     """The rows of one planned file slice (filtered, with ``plan.out_schema``'s columns), in pieces:
-    a base file at once, a merged slice batch by batch."""
-    expr = filter_expression(plan.filters, plan.queryable)
+    a base file at once, a merged slice batch by batch. ``expr``: the plan's filters as an
+    expression, when the caller built it once for all its slices (a long ``in`` list costs)."""
+    if expr is None:
+        expr = filter_expression(plan.filters, plan.queryable)
     if plan.merge is not None and fs.log_files:
         merge_schema = pa.schema(
             [
@@ -274,7 +278,8 @@ def read_table(
     query_type: QueryType | str = QueryType.SNAPSHOT,
 ) -> pa.Table:
     plan = plan_read(table, as_of, columns, filters, meta_columns, query_type)
-    pieces = [piece for fs in plan.slices for piece in read_slice(table, plan, fs)]
+    expr = filter_expression(plan.filters, plan.queryable)
+    pieces = [piece for fs in plan.slices for piece in read_slice(table, plan, fs, expr)]
     if not pieces:
         return plan.out_schema.empty_table()
     return pa.concat_tables(pieces)

@@ -6,7 +6,8 @@ and :func:`connect_field` says how Debezium's PostgreSQL connector, with its def
 (``decimal.handling.mode=precise``, ``time.precision.mode=adaptive``,
 ``interval.handling.mode=numeric``, ``binary.handling.mode=bytes``, ``hstore.handling.mode=json``),
 encodes a column of that type -- as the Kafka Connect field schema it would have sent with
-schemas enabled, so :mod:`.types` maps all three formats the same way.
+schemas enabled, so :mod:`.types` maps all three formats the same way. It also reads a table's
+REPLICA IDENTITY (how the decoder treats a table without a primary key).
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ ORDER BY a.attnum
 """
 
 
+_IDENTITY_QUERY = """
+SELECT c.relreplident
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %s AND c.relname = %s
+"""
+_IDENTITIES = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
+
+
 class PostgresCatalog:
     """Reads column types from the source database (``conninfo``: a libpq URL or DSN).
 
@@ -92,6 +102,31 @@ class PostgresCatalog:
         if not rows:
             raise DecodeError(f"source catalog has no table {schema}.{table}")
         return {r[0]: CatalogColumn(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in rows}
+
+    def replica_identity(self, schema: str, table: str) -> str:
+        """The table's REPLICA IDENTITY: ``DEFAULT``, ``FULL``, ``NOTHING`` or ``USING INDEX``."""
+        rows = self._run(_IDENTITY_QUERY, schema, table, "replica identity")
+        if not rows:
+            raise DecodeError(f"source catalog has no table {schema}.{table}")
+        ident = rows[0][0]
+        ident = ident.decode() if isinstance(ident, bytes) else str(ident)
+        return _IDENTITIES.get(ident, ident)
+
+    def _run(self, query: str, schema: str, table: str, what: str) -> list[Any]:
+        import psycopg
+
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self._conninfo, autocommit=True)
+                return self._conn.execute(query, (schema, table)).fetchall()  # type: ignore[no-any-return]
+            except psycopg.Error as e:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
+                raise DecodeError(
+                    f"source catalog: cannot read the {what} of {schema}.{table}: {e}"
+                ) from None
 
     def close(self) -> None:
         with self._lock:

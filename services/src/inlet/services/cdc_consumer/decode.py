@@ -32,12 +32,24 @@ give the new key the old row's unchanged TOASTed values.
 Everything else raises :class:`DecodeError` with a one-line reason.
 
 A table without a primary key (Debezium sends a null Kafka key; such a table needs REPLICA IDENTITY
-FULL for PostgreSQL to publish its updates and deletes) has no natural Hudi record key. By default
-(``keyless="reject"``) its changes raise ``DecodeError("table ... has no primary key ...")`` and go
-to the dead letters. With ``keyless="whole_row"`` they are keyed by the whole row: ``record_key``
-is Hudi's complex key over every column (:func:`row_record_key`) of ``after`` (c/r/u) or ``before``
-(d), ``key`` is empty and no column has a ``key_position``. Identical rows share a key (Hudi keeps
-one), and an UPDATE moves the row to a new key: the old one is ``row_record_key(schema, before)``.
+FULL for PostgreSQL to publish its updates and deletes) has no natural Hudi record key. ``keyless``
+decides what its changes become:
+
+- ``"whole_row"``: keyed by the whole row: ``record_key`` is Hudi's complex key over every column
+  (:func:`row_record_key`) of ``after`` (c/r/u) or ``before`` (d), ``key`` is empty and no column
+  has a ``key_position``. Identical rows share a key (Hudi keeps one), and an UPDATE moves the row
+  to a new key: the old one is ``row_record_key(schema, before)`` (the writer deletes it).
+- ``"skip"``: dropped, with one warning per table; so are the table's entries in transaction ENDs
+  decoded after its first change (one decoded before has no change to wait for: the service relays
+  it, empty, after ``--transaction-end-wait-ms``). A table whose changes come with a key (a primary
+  key added, or Debezium's ``message.key.columns``) is replicated from then on.
+- ``"auto"`` (the service's default): ``"whole_row"`` for a table whose REPLICA IDENTITY is FULL,
+  read from the source catalog, else ``"skip"``: under DEFAULT (or NOTHING, or USING INDEX)
+  PostgreSQL publishes no old row for updates and deletes, so the lake could not follow them.
+  Without a catalog the identity is unknown: skipped, the warning says how to replicate it.
+- ``"reject"`` (the library's default): ``DecodeError("table ... has no primary key ...")``, to the
+  dead letters.
+
 Setting Debezium's ``message.key.columns`` for the table gives it a real key instead.
 
 Per table and schema (Connect schema bytes, Avro schema id, or catalog column set) the decoder
@@ -76,7 +88,14 @@ from inlet.services.cdc_consumer.types import (
 __all__ = ["DecodeError", "Decoder", "KeylessMode", "ValueFormat", "row_record_key"]
 
 ValueFormat = Literal["json", "avro", "auto"]
-KeylessMode = Literal["reject", "whole_row"]
+KeylessMode = Literal["auto", "reject", "skip", "whole_row"]
+KEYLESS_MODES: tuple[str, ...] = ("auto", "reject", "skip", "whole_row")
+log = logging.getLogger("inlet.cdc")
+
+
+class _Skipped(Exception):
+    """A change of a table whose changes are skipped (``keyless`` skip): no records."""
+
 
 HEARTBEAT_PREFIX = "__debezium-heartbeat."
 #: the header Debezium puts on the CREATE of a primary-key change: the old key
@@ -121,7 +140,8 @@ class Decoder:
     None refuses such records.
     ``keyless``: what to do with changes of a table without a primary key: ``"reject"`` (default)
     raises ``DecodeError("table ... has no primary key ...")`` (dead letters); ``"whole_row"`` keys
-    them by every column (see the module docstring).
+    them by every column; ``"skip"`` drops them; ``"auto"`` keys a REPLICA IDENTITY FULL table's by
+    every column and skips the others' (see the module docstring).
     """
 
     def __init__(
@@ -135,9 +155,11 @@ class Decoder:
     ) -> None:
         if value_format not in ("json", "avro", "auto"):
             raise ValueError(f"value_format must be json, avro or auto, not {value_format!r}")
-        if keyless not in ("reject", "whole_row"):
-            raise ValueError(f"keyless must be reject or whole_row, not {keyless!r}")
+        if keyless not in KEYLESS_MODES:
+            raise ValueError(f"keyless must be one of {', '.join(KEYLESS_MODES)}, not {keyless!r}")
         self.keyless = keyless
+        self._keyless_modes: dict[str, str] = {}  # table id -> whole_row | skip (auto, decided)
+        self.skipped: dict[str, str] = {}  # table id -> why its changes are skipped
         self.topic_prefix = topic_prefix
         self.value_format = value_format
         self.catalog = catalog
@@ -178,6 +200,8 @@ class Decoder:
             if fmt == "avro":
                 return self._decode_avro(topic, partition, offset, key, value, old_key)
             return self._decode_json(topic, partition, offset, key, value, old_key)
+        except _Skipped:
+            return []
         except DecodeError:
             raise
         except RecursionError:
@@ -440,12 +464,15 @@ class Decoder:
                 or c.get("event_count").__class__ is not int
             ):
                 raise DecodeError(f"transaction END with a bad data_collections entry: {c!r:.80}")
+            table_id = f"{prefix}.{c['data_collection']}" if prefix else c["data_collection"]
+            if table_id in self.skipped:
+                continue  # no change of the table is relayed: neither is its count
             out.append(
                 pb.ChangeRecord(
                     transaction=pb.TransactionEvent(
                         id=_tx_id(tx_id),
                         status=pb.TransactionEvent.STATUS_END,
-                        table_id=f"{prefix}.{c['data_collection']}" if prefix else c["data_collection"],
+                        table_id=table_id,
                         table_event_count=c["event_count"],
                         total_event_count=total,
                         source_ts_ms=ts if ts.__class__ is int else 0,
@@ -453,6 +480,51 @@ class Decoder:
                 )
             )
         return out
+
+    # ------------------------------------------------------------------ tables without a primary key
+
+    def _keyless_mode(self, table_id: str, schema: str, table: str) -> str:
+        """``reject``, ``whole_row`` or ``skip`` for a change of ``table_id``, which has no primary key."""
+        if self.keyless in ("reject", "whole_row"):
+            return self.keyless
+        if self.keyless == "skip":
+            self._skip(
+                table_id, f"table {table_id} has no primary key: its changes are skipped (--keyless skip)"
+            )
+            return "skip"
+        found = self._keyless_modes.get(table_id)
+        if found is not None:
+            return found
+        identity = getattr(self.catalog, "replica_identity", None)
+        if identity is None:
+            self._skip(
+                table_id,
+                f"table {table_id} has no primary key and its REPLICA IDENTITY is unknown without a source "
+                "catalog: its changes are skipped (give --database-url to replicate it if it is REPLICA "
+                "IDENTITY FULL, or --keyless whole_row)",
+            )
+            mode = "skip"
+        else:
+            ident = identity(schema, table)
+            mode = "whole_row" if ident == "FULL" else "skip"
+            if mode == "skip":
+                self._skip(table_id, _not_full(table_id, schema, table, ident))
+        with self._lock:
+            self._keyless_modes[table_id] = mode
+        return mode
+
+    def _unskip(self, table_id: str) -> None:
+        with self._lock:
+            self.skipped.pop(table_id, None)
+            self._keyless_modes.pop(table_id, None)
+        log.warning("table %s has a primary key now: its changes are replicated from here on", table_id)
+
+    def _skip(self, table_id: str, reason: str) -> None:
+        with self._lock:
+            if table_id in self.skipped:
+                return
+            self.skipped[table_id] = reason
+        log.warning("%s", reason)
 
     @staticmethod
     def _op(payload: dict[str, Any]) -> int:
@@ -538,6 +610,8 @@ class Decoder:
             t.id = _tx_id(tx.get("id"))
             t.total_order = tx.get("total_order") or 0
             t.data_collection_order = tx.get("data_collection_order") or 0
+        if op == pb.OPERATION_TRUNCATE and table_id in self.skipped:
+            raise _Skipped
         if plan is None or op == pb.OPERATION_TRUNCATE:  # no rows, no key, no schema
             return record
         ev.schema.CopyFrom(plan.schema)
@@ -554,6 +628,8 @@ class Decoder:
         elif op != pb.OPERATION_DELETE:
             raise DecodeError(f"op {payload['op']!r} without 'after'")
         if key_payload is None:  # no primary key
+            if self._keyless_mode(table_id, src_schema, src_table) == "skip":
+                raise _Skipped
             if self.keyless == "reject":
                 raise DecodeError(
                     f"table {table_id} has no primary key (Debezium sent a null key); Hudi needs a record "
@@ -573,6 +649,8 @@ class Decoder:
             except DecodeError as e:
                 raise DecodeError(f"table {table_id} has no primary key: {e.reason}") from None
             return record
+        if table_id in self.skipped:  # it has a primary key now: replicated from here on
+            self._unskip(table_id)
         add = ev.key.values.add
         columns = plan.schema.columns
         texts = []
@@ -731,6 +809,14 @@ def _row(plan: _TablePlan, data: Any, which: str, add: Any) -> None:
         extra = [k for k in data if k not in plan.index]
         if extra:
             raise DecodeError(f"'{which}' has column {extra[0]!r} that the schema does not declare")
+
+
+def _not_full(table_id: str, schema: str, table: str, identity: str) -> str:
+    return (
+        f"table {table_id} has no primary key and REPLICA IDENTITY {identity}: its changes are skipped "
+        f"(PostgreSQL publishes no old row to follow its updates and deletes by); ALTER TABLE "
+        f'"{schema}"."{table}" REPLICA IDENTITY FULL, or add a primary key, to replicate it'
+    )
 
 
 def _show(raw: Any) -> str:

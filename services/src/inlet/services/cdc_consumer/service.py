@@ -113,6 +113,7 @@ def build_decoder(config: CdcConfig) -> Any:
         value_format=config.value_format,  # type: ignore[arg-type]
         schema_registry=registry,
         catalog=catalog,
+        keyless=config.keyless,  # type: ignore[arg-type]
     )
 
 

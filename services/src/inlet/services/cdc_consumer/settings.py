@@ -17,6 +17,7 @@ DEFAULT_DLQ_TOPIC = "inlet.dlq"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 VALUE_FORMATS = ("json", "avro", "auto")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
+KEYLESS_CHOICES = ("auto", "whole_row", "skip", "reject")
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -61,6 +62,15 @@ SETTINGS: tuple[Setting, ...] = (
         "--database-url",
         "source PostgreSQL (libpq URL) for column types of schemaless JSON records",
         metavar="URL",
+    ),
+    Setting(
+        "keyless",
+        "--keyless",
+        "a table without a primary key: auto (REPLICA IDENTITY FULL tables keyed by the whole row, "
+        "others skipped with one warning; the identity is read through --database-url, without it "
+        "every such table is skipped), whole_row, skip, or reject (to the dead-letter topic)",
+        default="auto",
+        metavar="auto|whole_row|skip|reject",
     ),
     Setting(
         "topic_prefix",
@@ -207,6 +217,7 @@ class CdcConfig:
     value_format: str = "auto"
     schema_registry: str | None = None
     database_url: str | None = None
+    keyless: str = "auto"
     topic_prefix: str | None = None
     output_prefix: str = DEFAULT_OUTPUT_PREFIX
     output_partitions: int = 4
@@ -262,6 +273,8 @@ class CdcConfig:
                 raise SettingsError(f"--topic: not a Kafka topic name: {t!r}")
         if self.value_format not in VALUE_FORMATS:
             raise SettingsError(f"--value-format: choose json, avro or auto, not {self.value_format!r}")
+        if self.keyless not in KEYLESS_CHOICES:
+            raise SettingsError(f"--keyless: choose auto, whole_row, skip or reject, not {self.keyless!r}")
         if self.value_format == "avro" and not self.schema_registry:
             raise SettingsError("--value-format avro needs --schema-registry URL")
         if self.compression not in COMPRESSIONS:

@@ -20,7 +20,7 @@ from inlet.services.cli.errors import CliError, InputFileError
 from inlet.services.cli.options import choice, choices_metavar, env, with_env
 
 FORMATS = ("auto", "json", "avro")
-KEYLESS = ("reject", "whole_row")
+KEYLESS = ("reject", "whole_row", "skip", "auto")
 
 DECODE_DESCRIPTION = """\
 Decode one Debezium PostgreSQL Kafka record, as the CDC consumer would, and print one JSON line
@@ -113,7 +113,8 @@ def add_decode_command(sub: Any) -> argparse.ArgumentParser:
         type=choice(KEYLESS),
         metavar=choices_metavar(KEYLESS),
         default="reject",
-        help="a table without a primary key: reject its changes (default), or key them by the whole row",
+        help="a table without a primary key: reject its changes (default), key them by the whole row, "
+        "skip them, or auto (whole row if REPLICA IDENTITY FULL per --database-url, else skip)",
     )
     p.set_defaults(handler=cmd_cdc_decode)
     return p

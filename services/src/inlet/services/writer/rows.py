@@ -29,7 +29,8 @@ Columns Apache Hudi's ``PostgresDebeziumSource`` adds (names from ``DebeziumCons
 ``_event_origin_ts_ms``, ``_event_tx_id``, ``_event_lsn``, ``_event_xmin`` (longs but the op and shard),
 plus ``_hoodie_is_deleted``. Deletes are rows with ``_hoodie_is_deleted = true`` carrying the key
 (and the ``before`` image when sent), so one upsert orders inserts, deletes and re-inserts of a key by
-``_event_lsn`` (EVENT_TIME_ORDERING). An UPDATE whose key changed also deletes the old key.
+``_event_lsn`` (EVENT_TIME_ORDERING). An UPDATE whose key changed also deletes the old key; in a
+table without a primary key, keyed by the whole row, that is every UPDATE that changes a value.
 
 Snapshot reads (Debezium ``r`` events, and the COPY initial load's rows) carry
 :data:`SNAPSHOT_ORDERING` (0) as ``_event_lsn``, not the snapshot's LSN, so they lose to every
@@ -64,6 +65,8 @@ import pyarrow as pa
 
 from inlet.core.schema import IS_DELETED_COLUMN
 from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.cdc_consumer.decode import row_record_key
+from inlet.services.cdc_consumer.errors import DecodeError
 
 log = logging.getLogger("inlet.writer.rows")
 
@@ -222,32 +225,6 @@ def key_values(table: Any, column: str, values: list[Any]) -> list[Any]:
     return list(pa.array(values, _as_numbers(typ)).cast(typ))
 
 
-def table_lookups(
-    table: Any,
-) -> tuple[Callable[[], list[dict[str, Any]]], Callable[[list[dict[str, Any]]], list[dict[str, Any]]]]:
-    """``(existing_keys, current_rows)`` for :func:`to_arrow` reading ``table`` (a ``HudiTable``):
-    every stored key, and the stored rows of some keys (as :func:`table_rows` gives them)."""
-    keys = list(table.record_key_fields)
-
-    def existing_keys() -> list[dict[str, Any]]:
-        if table.schema() is None:
-            return []
-        return table_rows(table.read(columns=keys, meta_columns=False))
-
-    def current_rows(images: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        if table.schema() is None:
-            return []
-        first = keys[0]
-        values = sorted({i[first] for i in images if i.get(first) is not None}, key=repr)
-        try:
-            found = table.read(filters=[(first, "in", key_values(table, first, values))], meta_columns=False)
-        except OverflowError:  # a date/timestamp key past year 9999 cannot be a filter value
-            found = table.read(meta_columns=False)
-        return table_rows(found)
-
-    return existing_keys, current_rows
-
-
 def _placeholder(arrow: pa.DataType) -> Any:
     if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
         return PLACEHOLDER
@@ -389,18 +366,85 @@ def _old_value(
         return value
 
 
+def _old_row_key(ev: pb.ChangeEvent) -> str | None:
+    """The record key of an UPDATE's old image in a table keyed by the whole row (no primary key,
+    REPLICA IDENTITY FULL: the CDC consumer keys the new image the same way); None without one."""
+    if ev.op != pb.OPERATION_UPDATE or not ev.HasField("before") or not ev.before.values:
+        return None
+    try:
+        return row_record_key(ev.schema, ev.before)
+    except DecodeError as e:
+        raise RowError(f"the old image of an update cannot be keyed by its whole row: {e.reason}") from None
+
+
+def _location_key(image: dict[str, Any], key_names: Sequence[str]) -> str:
+    return "\x00".join(repr(image.get(k)) for k in key_names)
+
+
+def _pick(
+    values: Sequence[pb.Value],
+    columns: Sequence[pb.Column],
+    names: Sequence[str],
+    types: dict[str, pa.DataType],
+) -> dict[str, Any] | None:
+    """The values of the columns ``names`` among ``values`` (of ``columns``); None if one is missing."""
+    at = {c.name: (c, v) for c, v in zip(columns, values, strict=False)}
+    if any(n not in at or n not in types for n in names):
+        return None
+    return {n: _py(at[n][1], at[n][0], types[n]) for n in names}
+
+
+def _locations(
+    changes: Sequence[Change],
+    key_names: Sequence[str],
+    part_names: Sequence[str],
+    types: dict[str, pa.DataType],
+    stored_locations: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+) -> dict[str, list[tuple[dict[str, Any], int | None]]]:
+    """Where the table has the rows of every key the batch changes: key -> (partition values,
+    ``_event_lsn``) of each stored row (a key stored nowhere maps to an empty list)."""
+    wanted: dict[str, dict[str, Any]] = {}
+    for ch in changes:
+        ev = ch.event
+        if ev.op == pb.OPERATION_TRUNCATE:
+            continue
+        images: list[dict[str, Any] | None]
+        if key_names == [SYNTHETIC_KEY_COL]:
+            old_key = _old_row_key(ev)
+            images = [{SYNTHETIC_KEY_COL: k} for k in (ev.record_key, old_key) if k is not None]
+        elif ev.op == pb.OPERATION_DELETE:
+            by_name = {c.name: c for c in ev.schema.columns}
+            key_cols = [by_name[n] for n in key_columns(ev.schema)]
+            images = [_pick(ev.key.values, key_cols, key_names, types)]
+        else:  # the new key, and the old one when an update changes it
+            images = [_pick(row.values, ev.schema.columns, key_names, types) for row in (ev.after, ev.before)]
+        for image in images:
+            if image is not None and all(image.get(n) not in (None, UNCHANGED) for n in key_names):
+                wanted.setdefault(_location_key(image, key_names), image)
+    where: dict[str, list[tuple[dict[str, Any], int | None]]] = {at: [] for at in wanted}
+    if not wanted:
+        return where
+    for row in stored_locations(list(wanted.values())):
+        at = _location_key(row, key_names)
+        if at in where:
+            where[at].append(({p: row.get(p) for p in part_names}, row.get(LSN_COL)))
+    return where
+
+
 def to_arrow(
     changes: Sequence[Change],
     key_fields: Sequence[str] | None = None,
     table_schema: pa.Schema | None = None,
     existing_keys: Callable[[], list[dict[str, Any]]] | None = None,
     current_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    partition_fields: Sequence[str] = (),
+    stored_locations: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
 ) -> pa.Table:
     """The upsert input for ``changes`` (arrival order per key).
 
-    A TRUNCATE becomes deletes, at its LSN, of every key in the table (``existing_keys()``) and of
-    every key written earlier in the batch; changes after it (larger LSNs) win over those deletes.
-    ``current_rows(keys)`` returns the table's rows of those keys (see :func:`table_lookups`).
+    A TRUNCATE becomes deletes, at its LSN, of every key in the table (``existing_keys()``, with the
+    ``partition_fields``) and of every key written earlier in the batch; changes after it (larger
+    LSNs) win over those deletes. ``current_rows(keys)`` returns the table's rows of those keys.
 
     An unchanged TOASTed value takes the value of the key's previous version: the ``before`` image
     when it has the column (REPLICA IDENTITY FULL), else the key's change before it in the batch (in
@@ -412,21 +456,45 @@ def to_arrow(
     ends at another key's stored row (a primary-key change), is read from the table here. A value
     found nowhere (the old key's row is not in the table) is stored as the placeholder (string and
     bytes) or null, with a warning.
+    A row that moves to another partition takes its unchanged TOASTed values from the table (the
+    merge in its new partition has no stored row to fill them from).
+
+    A table partitioned by columns outside its record key (``partition_fields``) is written with a
+    global index when ``stored_locations(keys)`` is given (the stored rows of those keys: record key,
+    partition and ``_event_lsn`` columns), as Apache Hudi's global index with
+    ``hoodie.simple.index.update.partition.path=true`` does: a key's row is where the table (or an
+    earlier change of the batch) has it. A delete goes to that partition whatever its ``before``
+    image holds (under REPLICA IDENTITY DEFAULT only the key: Debezium sends null, or a NOT NULL
+    column's default such as ``''``, for the rest), and is dropped when the key is stored nowhere;
+    a change that moves the row deletes it from its old partition and writes it into the new one;
+    a change older than the row's stored version (``_event_lsn``) is dropped, as it would lose
+    there anyway, so it moves nothing.
     """
     fields, schema_keys = batch_schema(changes)
     keys = list(key_fields) if key_fields is not None else schema_keys
     types = {f.name: f.type for f in fields}
-    for k in keys:  # a batch of only TRUNCATEs carries no schema: key types from the table
+    for k in dict.fromkeys([*keys, *partition_fields]):  # a batch of only TRUNCATEs carries no schema
         if k not in types and table_schema is not None and k in table_schema.names:
             types[k] = table_schema.field(k).type
             fields.append(pa.field(k, types[k], True))
     synthetic = not keys or keys == [SYNTHETIC_KEY_COL]
     key_names = [SYNTHETIC_KEY_COL] if synthetic else keys
+    # partition columns outside the key: a key's partition is not a function of the key
+    part_names = [p for p in partition_fields if p not in key_names]
     rows: list[dict[str, Any]] = []
     # every version of a key in this batch: (lsn, arrival, row, old key of a primary-key change)
     versions: dict[str, list[tuple[int, int, dict[str, Any], str | None]]] = {}
     key_images: dict[str, dict[str, Any]] = {}
     unresolved: list[tuple[int, int, str, dict[str, Any], str | None]] = []
+    moved: set[str] = set()  # keys whose row moves to another partition in this batch
+    # global index: key -> its rows' (partition values, ordering value), stored or written in this batch
+    where: dict[str, list[tuple[dict[str, Any], int | None]]] | None = None
+    if part_names and stored_locations is not None:
+        try:
+            where = _locations(changes, key_names, part_names, types, stored_locations)
+        except RowError as e:  # a key value that does not convert: named as add_change names it
+            table_id = next((ch.event.table_id for ch in changes if ch.event.table_id), "")
+            raise (e if str(e).startswith(f"{table_id}: ") else RowError(f"{table_id}: {e}")) from None
 
     def meta(ev: pb.ChangeEvent, op: str, deleted: bool) -> dict[str, Any]:
         src = ev.source
@@ -452,17 +520,39 @@ def to_arrow(
             unresolved.append((version[0], version[1], rk, row, old_rk))
         rows.append(row)
 
+    def ordering(ev: pb.ChangeEvent) -> int:
+        return SNAPSHOT_ORDERING if ev.op == pb.OPERATION_READ else ev.source.lsn
+
+    def delete_rows(image: dict[str, Any], ev: pb.ChangeEvent, rk: str) -> None:
+        """Deletes of key ``rk`` (``image``: its key and values): where its rows are (global index)."""
+        if where is None:
+            image.update(meta(ev, "d", True))
+            add_row(rk, image)
+            return
+        at = _location_key(image, key_names)
+        found = where.get(at, [])  # stored nowhere: nothing to delete (Hudi's global index drops it)
+        for parts, _ in found:
+            row = {**image, **parts}
+            row.update(meta(ev, "d", True))
+            add_row(rk, row)
+        lsn = ordering(ev)
+        where[at] = [(parts, o) for parts, o in where.get(at, []) if o is not None and o > lsn]
+
     def add_change(ev: pb.ChangeEvent) -> None:
         if ev.op == pb.OPERATION_TRUNCATE:
             truncated: dict[str, dict[str, Any]] = {}
+            names = list(dict.fromkeys([*key_names, *partition_fields]))  # the rows of every partition
             for image in [*(existing_keys() if existing_keys else []), *rows]:
                 if image.get(DELETED_COL):
                     continue
-                key_image = {n: image.get(n) for n in key_names}
-                truncated[key_of(key_image)] = key_image
-            for rk, key_image in truncated.items():
+                key_image = {n: image.get(n) for n in names}
+                truncated["\x00".join(repr(v) for v in key_image.values())] = key_image
+            for key_image in truncated.values():
                 key_image.update(meta(ev, "d", True))
-                add_row(rk, key_image)
+                add_row(key_of(key_image), key_image)
+            if where is not None:
+                for at in where:
+                    where[at] = []
             return
         if ev.op not in OPS:
             raise RowError(f"{ev.table_id}: operation {pb.Operation.Name(ev.op)} is not handled here")
@@ -475,8 +565,7 @@ def to_arrow(
                 image[col_name] = _py(value, col, types[col_name])
             if synthetic:
                 image[SYNTHETIC_KEY_COL] = ev.record_key
-            image.update(meta(ev, "d", True))
-            add_row(ev.record_key if synthetic else key_of(image), image)
+            delete_rows(image, ev, ev.record_key if synthetic else key_of(image))
             return
         if not ev.HasField("after"):
             raise RowError(f"{ev.table_id}: {pb.Operation.Name(ev.op)} without an after image")
@@ -484,7 +573,16 @@ def to_arrow(
         if synthetic:
             after[SYNTHETIC_KEY_COL] = ev.record_key
         rk = ev.record_key if synthetic else key_of(after)
+        at = _location_key(after, key_names)
+        stored_at = where.get(at, []) if where is not None else []
+        if any(o is not None and o > ordering(ev) for _, o in stored_at):
+            return  # older than the key's row (stored or earlier in the batch): it loses and moves nothing
         old_rk = None
+        old_whole_row = _old_row_key(ev) if synthetic else None
+        if old_whole_row is not None and old_whole_row != rk:  # keyed by the whole row: the old image goes
+            gone: dict[str, Any] = {SYNTHETIC_KEY_COL: old_whole_row}
+            gone.update({p: before.get(p) for p in part_names if before and before.get(p) is not UNCHANGED})
+            delete_rows(gone, ev, old_whole_row)
         if not synthetic and ev.op == pb.OPERATION_CREATE and ev.old_key.values:
             cols = {c.name: c for c in ev.schema.columns}
             old = {
@@ -497,13 +595,28 @@ def to_arrow(
         if before is not None and not synthetic and ev.op == pb.OPERATION_UPDATE:
             old = {k: before.get(k) for k in keys}
             if all(v is not UNCHANGED for v in old.values()) and key_of(old) != rk:
-                gone = dict(old)
-                gone.update(meta(ev, "d", True))
-                add_row(key_of(old), gone)
                 old_rk = key_of(old)
+                key_images.setdefault(old_rk, dict(old))
+                if where is None:
+                    old.update({p: before.get(p) for p in part_names if before.get(p) is not UNCHANGED})
+                delete_rows(old, ev, old_rk)
         for name, value in list(after.items()):
-            if value is UNCHANGED and before is not None and before.get(name) not in (None, UNCHANGED):
+            if value is not UNCHANGED:
+                continue
+            if name in part_names and stored_at:  # a TOASTed partition value: where the row is
+                after[name] = stored_at[-1][0][name]
+            elif before is not None and before.get(name) not in (None, UNCHANGED):
                 after[name] = before[name]  # REPLICA IDENTITY FULL: the value before the change
+        if where is not None:
+            target = {p: after.get(p) for p in part_names}
+            for parts, _ in stored_at:
+                if parts != target:  # the row moves: delete it where it was (not a version of the key)
+                    gone_row = {k: after.get(k) for k in key_names}
+                    gone_row.update(parts)
+                    gone_row.update(meta(ev, "d", True))
+                    rows.append(gone_row)
+                    moved.add(rk)
+            where[at] = [(target, ordering(ev))]
         after.update(meta(ev, OPS[ev.op], False))
         add_row(rk, after, old_rk)
 
@@ -522,7 +635,7 @@ def to_arrow(
     if lookups:
         needed = []
         for r, name, v in lookups:
-            if v.via_key_change or _placeholder(types[name]) is UNCHANGED:
+            if v.via_key_change or v.key in moved or _placeholder(types[name]) is UNCHANGED:
                 needed.append((r, name, v))
             else:
                 r[name] = _placeholder(types[name])  # the merge fills it from the stored row

@@ -52,16 +52,10 @@ from inlet.services.logs import log_event
 from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables
 from inlet.services.writer.batcher import Cut, Entry, TableBuffer
+from inlet.services.writer.lookup import batch_input
 from inlet.services.writer.metrics import WriterMetrics
 from inlet.services.writer.offset_gaps import OffsetsUnknownError, find_gaps
-from inlet.services.writer.rows import (
-    OP_COL,
-    Change,
-    RowError,
-    key_columns,
-    table_lookups,
-    to_arrow,
-)
+from inlet.services.writer.rows import OP_COL, Change, RowError, key_columns
 
 log = logging.getLogger("inlet.writer")
 
@@ -470,23 +464,13 @@ class Writer:
         }
         if st.reset & checkpoint_positions.keys():
             extra[ckpt.RESET_KEY] = "true"
-        truncates = [c for c in changes if c.event.op == pb.OPERATION_TRUNCATE]
         try:
             self._ensure_table(
                 st, next((c.event for c in changes if c.event.schema.columns), changes[0].event)
             )
             assert st.path is not None and st.protocol is not None
             table = HudiTable.open(st.path, commit_protocol=st.protocol)
-            keys = list(table.record_key_fields)
-
-            existing_keys, current_rows = table_lookups(table)
-            arrow = to_arrow(
-                changes,
-                key_fields=keys,
-                table_schema=table.schema() if truncates else None,
-                existing_keys=existing_keys,
-                current_rows=current_rows,
-            )
+            arrow = batch_input(changes, table)
             faults.crash_point(BEFORE_WRITE)
             with self._writer_lease(st):
                 result = self._write(st, table, arrow, extra)

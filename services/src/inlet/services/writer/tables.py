@@ -12,7 +12,9 @@ Defaults: Merge-on-Read, bucket index with 4 buckets, no partitioning. A table l
 order; a table without one is keyed by the event's record key in ``_inlet_record_key``), its
 ordering field ``_event_lsn`` with EVENT_TIME_ORDERING. Merge-on-Read + bucket index tables use
 non-blocking concurrency control (``hoodie.write.concurrency.mode`` in hoodie.properties, the
-coordinator's NON_BLOCKING mode); other tables are OPTIMISTIC.
+coordinator's NON_BLOCKING mode); other tables are OPTIMISTIC. A table partitioned by columns
+outside its primary key is written with a global index: each batch finds where its keys are stored
+(:func:`.lookup.batch_input`), so deletes, partition moves and TRUNCATE reach every partition.
 """
 
 from __future__ import annotations
