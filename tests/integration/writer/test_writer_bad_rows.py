@@ -4,6 +4,11 @@ row and the reason on the dead-letter topic while the other tables keep committi
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
 from decimal import Decimal as D
 from pathlib import Path
 from typing import Any
@@ -14,8 +19,10 @@ from writer_helpers import CUSTOMERS, Source, col, commits, produce, read_rows, 
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cli.dlq import describe, read_dead_letters
 from inlet.services.cli.errors import UsageError
-from inlet.services.cli.main import build_parser
+from inlet.services.cli.main import build_parser, main
 from inlet.services.cli.writer import config_from_args
+from inlet.services.runtime import serve_http
+from inlet.services.stack.supervisor import PID_FILE, STATE_FILE
 from inlet.services.writer.checkpoint import CHECKPOINT_KEY, parse_checkpoint
 
 PRICED = [*CUSTOMERS, col("price", pb.COLUMN_TYPE_DECIMAL, precision=5, scale=2)]
@@ -34,7 +41,44 @@ def dead_letters(bootstrap: str, topic: str, at_least: int) -> list[Any]:
     return list(wait_for(read, what=f"{at_least} dead letter(s) on {topic}"))
 
 
-def test_a_bad_row_stops_its_table_only(start_writer, kafka_server, kafka_bootstrap, lake, prefix):
+def assert_shown_stopped(writer: Any, table_id: str, tmp_path: Path, capsys: Any) -> None:
+    """``/readyz`` (served as ``inlet writer run`` serves it) and ``inlet stack status`` of a stack
+    whose writer is this one name the table stopped, with the reason."""
+    endpoint = serve_http("127.0.0.1:0", writer.metrics.registry, writer.health, ready=writer.readiness)
+    try:
+        base = f"http://{endpoint.address}"
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(base + "/readyz", timeout=10)
+        assert err.value.code == 503
+        body = json.loads(err.value.read())
+        assert body["status"] == "not ready" and "123456.78" in body["stopped"][table_id]
+        assert json.loads(urllib.request.urlopen(base + "/healthz", timeout=10).read())["status"] == "ok"
+        stack_dir = tmp_path / "stack"
+        stack_dir.mkdir()
+        (stack_dir / PID_FILE).write_text(str(os.getpid()))  # a live "supervisor"
+        writer_component = {"name": "writer", "pid": os.getpid(), "alive": True, "healthy": True}
+        writer_component["health"] = base + "/healthz"
+        (stack_dir / STATE_FILE).write_text(
+            json.dumps({"state": "running", "components": [writer_component]})
+        )
+        capsys.readouterr()
+        root = logging.getLogger()
+        handlers, level = list(root.handlers), root.level
+        try:
+            assert main(["stack", "status", "--dir", str(stack_dir)]) == 0
+        finally:  # main configures the root logger for the command: put the test's back
+            root.handlers[:] = handlers
+            root.setLevel(level)
+        out = capsys.readouterr().out
+        assert f"table {table_id} stopped: bad row at inlet.changes.{table_id}[0]@1: " in out
+        assert "123456.78" in out
+    finally:
+        endpoint.stop()
+
+
+def test_a_bad_row_stops_its_table_only(
+    start_writer, kafka_server, kafka_bootstrap, lake, prefix, tmp_path, capsys
+):
     bad, good = Source(prefix, table="bad", cols=list(PRICED)), Source(prefix, table="good")
     for s in (bad, good):
         kafka_server.create_topic(s.topic, partitions=1)
@@ -66,6 +110,7 @@ def test_a_bad_row_stops_its_table_only(start_writer, kafka_server, kafka_bootst
     assert "123456.78" in details["tables"][bad.table_id]["error"]
     ready, why = w.writer.readiness()
     assert not ready and "123456.78" in why["stopped"][bad.table_id]
+    assert_shown_stopped(w.writer, bad.table_id, tmp_path, capsys)
 
     # the other table keeps committing while the stopped one commits nothing and is not retried
     produce(kafka_bootstrap, good.topic, [good.insert(id=i, name="g", note="", amount=i) for i in range(3)])
