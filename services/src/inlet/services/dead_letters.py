@@ -88,7 +88,8 @@ def message_headers(m: Message, reason: str, error_class: str) -> Headers:
     return headers(pairs, position, ts if ts_type else -1, reason, error_class)
 
 
-def without_value(letter_headers: Headers, size: int) -> Headers:
+def without_value(letter_headers: Iterable[tuple[str, Any]], size: int) -> Headers:
+    """The headers of a dead letter sent without its ``size`` bytes of value."""
     return [*letter_headers, (H_DLQ_VALUE_BYTES, str(size).encode())]
 
 
