@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from writer_helpers import CUSTOMERS, Source, col, commits, produce, read_rows, wait_for
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
@@ -148,15 +149,25 @@ def test_dead_letter_mode_commits_the_batch_without_the_bad_row(
         src.update(id=1, name="a2", note="x", amount=5, price=D("3.25")),
     ]
     produce(kafka_bootstrap, src.topic, rows)
+    garbage = b"\xff\xff\xff not a ChangeRecord"  # offset 4: an undecodable record
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce(src.topic, garbage, b"junk", partition=0)
+    assert p.flush(30) == 0
+    produce(kafka_bootstrap, src.topic, [src.insert(id=4, name="d", note="", amount=4, price=D("4.00"))])
     w = start_writer(dlq_topic=dlq, on_bad_row="dead-letter")
     path = table_path(lake, src)
     wait_for(lambda: read_rows(path, COLS, ["id"]) == src.expected(), what="the good rows")
-    [letter] = dead_letters(kafka_bootstrap, dlq, 1)
-    assert letter.value() == rows[1][1].SerializeToString()
-    assert describe(letter)["source_offset"] == 1
-    # one commit holds the three good rows; its checkpoint is past the bad one
+    letters = dead_letters(kafka_bootstrap, dlq, 2)
+    bad_row, undecodable = sorted(letters, key=lambda m: describe(m)["source_offset"])
+    assert bad_row.value() == rows[1][1].SerializeToString()
+    assert describe(bad_row)["source_offset"] == 1 and describe(bad_row)["error_class"] == "RowError"
+    assert undecodable.value() == garbage and undecodable.key() == b"junk"
+    assert (
+        describe(undecodable)["source_offset"] == 4 and describe(undecodable)["error_class"] == "DecodeError"
+    )
+    # the good rows are committed; the checkpoint is past both bad records
     data = [c for c in commits(path) if CHECKPOINT_KEY in c[2]]
-    assert parse_checkpoint(data[-1][2][CHECKPOINT_KEY]) == (src.topic, {0: 4})
+    assert parse_checkpoint(data[-1][2][CHECKPOINT_KEY]) == (src.topic, {0: 6})
     ok, details = w.writer.health()
     assert ok and details["tables"][src.table_id]["state"] == "running"
     assert w.writer.readiness()[0]
