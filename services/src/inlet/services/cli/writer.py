@@ -317,7 +317,7 @@ def add_writer_commands(subparsers: Any) -> None:
 
 def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> Any:
     from inlet.services.cdc_consumer.settings import valid_topic_name
-    from inlet.services.writer.service import WriterConfig
+    from inlet.services.writer.service import ON_BAD_ROW, WriterConfig
 
     try:
         v = resolve(args, SETTINGS, ENV_PREFIX, environ)
@@ -325,7 +325,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         raise UsageError(str(e)) from None
     if v["engine"] not in ("local", "spark"):
         raise UsageError(f"--engine must be local or spark, not {v['engine']!r}")
-    if v["on_bad_row"] not in ("stop", "dead-letter"):
+    if v["on_bad_row"] not in ON_BAD_ROW:
         raise UsageError(f"--on-bad-row must be stop or dead-letter, not {v['on_bad_row']!r}")
     if not valid_topic_name(v["dlq_topic"]):
         raise UsageError(f"--dlq-topic: not a Kafka topic name: {v['dlq_topic']!r}")

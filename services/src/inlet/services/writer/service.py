@@ -811,14 +811,18 @@ class Writer:
         self._stop(st, f"bad row at {st.topic}[{c.partition}]@{c.offset}: {bad[0][1]}{more}")
 
     def _undecodable(self, st: TableState, msg: Message, reason: str) -> bool:
-        """Dead-letter a record that is no ChangeRecord; whether the table goes on past it."""
-        try:
-            self._dlq.send([(msg.key(), msg.value(), message_headers(msg, reason, "DecodeError"))])
-        except DeadLetterError as e:
-            self._fail(st, f"{reason}; its dead letter failed: {e}", "transient")
-            return False
-        self.metrics.dead_letters.labels(st.table_id).inc()
+        """Dead-letter a record that is no ChangeRecord (once, also when re-read after a failed
+        batch); whether the table goes on past it."""
+        where = (msg.partition() or 0, msg.offset() or 0)
+        if where not in st.dead_lettered:
+            try:
+                self._dlq.send([(msg.key(), msg.value(), message_headers(msg, reason, "DecodeError"))])
+            except DeadLetterError as e:
+                self._fail(st, f"{reason}; its dead letter failed: {e}", "transient")
+                return False
+            self.metrics.dead_letters.labels(st.table_id).inc()
         if self.config.on_bad_row == "dead-letter":
+            st.dead_lettered.add(where)
             log_event(
                 log,
                 logging.WARNING,
