@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 DEFAULT_TOPIC = "inlet.dlq"
 
@@ -164,8 +166,22 @@ class DeadLetterSink:
         self.timeout_s = timeout_s
         self._producer: Producer | None = None
 
+    def _ensure_topic(self) -> None:
+        """Create the topic (one partition, the broker's replication factor) when it is missing."""
+        admin = AdminClient(self.settings)
+        try:
+            meta = admin.list_topics(timeout=10).topics.get(self.topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                return
+            admin.create_topics([NewTopic(self.topic, num_partitions=1)])[self.topic].result(timeout=30)
+        except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+                raise DeadLetterError(f"cannot create the dead-letter topic {self.topic}: {e}") from e
+
     def _client(self) -> Producer:
         if self._producer is None:
+            self._ensure_topic()
             self._producer = Producer(
                 {"acks": "all", "enable.idempotence": False, "linger.ms": 0, **self.settings}
             )

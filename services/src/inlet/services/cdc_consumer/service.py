@@ -542,6 +542,7 @@ class CdcConsumerService:
             except KafkaException as e:
                 batch.pending -= 1
                 err = e.args[0] if e.args else None
+                e.with_traceback(None)  # see _refused_now
                 if isinstance(err, KafkaError) and dead_letters.permanent(err):
                     if (
                         topic == self.config.dlq_topic
@@ -563,6 +564,9 @@ class CdcConsumerService:
         err = e.args[0] if e.args else None
         if not (isinstance(err, KafkaError) and dead_letters.permanent(err)):
             raise CdcServiceError(f"cannot produce to {out_topic}: {e}") from e
+        # the exception outlives this call (confluent-kafka keeps it): its traceback would keep the
+        # producer, and its librdkafka threads, alive after the service stopped
+        e.with_traceback(None)
         self._dead_letter(batch, m, _refusal(out_topic, err), PRODUCE_ERROR)
 
     def _keep_alive(self) -> None:
