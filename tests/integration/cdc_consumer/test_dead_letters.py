@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from cdc_helpers import (
     VENV_INLET,
+    committed,
     make_config,
     metric_value,
     produce,
@@ -18,9 +19,12 @@ from cdc_helpers import (
     recorded,
     running,
     unique_prefix,
+    wait_for,
 )
+from confluent_kafka import KafkaError, Producer
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.cdc_consumer import service as service_module
 from inlet.services.cdc_consumer.decode import Decoder
 from inlet.services.cli.main import main
 from inlet.services.stack import EmbeddedKafka
@@ -170,3 +174,103 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(
         capsys, "dlq", "show", "--bootstrap", kafka_server.bootstrap, "--topic", dlq + ".none"
     )
     assert code == 1 and "no dead-letter topic" in stderr
+
+
+def test_an_output_the_producer_refuses_is_a_dead_letter_not_a_crash(kafka_server: EmbeddedKafka) -> None:
+    """A change too large for ``message.max.bytes`` (librdkafka refuses it: MSG_SIZE_TOO_LARGE)
+    sends its source record to the dead letters and the stream goes on, offsets past it."""
+    prefix = unique_prefix()
+    topic = f"{prefix}.public.customers"
+    kafka_server.create_topic(topic, partitions=1)
+    good = [r for r in recorded(prefix) if r.topic == topic and r.value is not None and r.key is not None]
+    big = json.loads(good[2].value or b"")
+    big["payload"]["after"]["bio"] = "x" * 300_000  # its output is ~300 kB: over the limit below
+    big_bytes = json.dumps(big, separators=(",", ":")).encode()
+    produce(kafka_server.bootstrap, [good[0], (topic, good[2].key, big_bytes), good[1]])
+
+    config = make_config(
+        kafka_server.bootstrap,
+        prefix,
+        topics=(topic,),
+        topic_pattern=None,
+        producer_options=["message.max.bytes=150000"],  # the other outputs are < 60 kB
+    )
+    dlq = config.dlq_topic
+    with running(config) as service:
+        both = read_all(kafka_server.bootstrap, [f"inlet.changes.{topic}", dlq], min_count=3)
+        wait_for(lambda: committed(kafka_server.bootstrap, config.group, topic) == [3])
+        ok, health = service.health()
+    out = [o for o in both if o.topic != dlq]
+    letters = [o for o in both if o.topic == dlq]
+    [letter] = letters
+    assert sorted(o.source[2] for o in out) == [0, 2]  # the records around it came out
+    h = letter.headers
+    assert (h["inlet-dlq-topic"], h["inlet-dlq-partition"], h["inlet-dlq-offset"]) == (
+        topic.encode(),
+        b"0",
+        b"1",
+    )
+    assert h["inlet-dlq-error-class"] == b"ProduceError"
+    assert (
+        b"MSG_SIZE_TOO_LARGE" in h["inlet-dlq-reason"]
+        and f"inlet.changes.{topic}".encode() in h["inlet-dlq-reason"]
+    )
+    # the source record is larger than the limit too: its letter names its size instead of holding it
+    assert letter.value is None and int(h["inlet-dlq-value-bytes"]) == len(big_bytes)
+    assert letter.key == good[2].key
+    assert ok and "error" not in health
+
+
+class RefusingProducer(Producer):
+    """The real producer, whose delivery report for one marked output says what a broker enforcing
+    ``max.message.bytes`` answers (RECORD_LIST_TOO_LARGE): Tansu enforces no size limit, so the
+    refusal is injected; the record itself still travels the real broker."""
+
+    MARKER = b"refuse-me"
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None:  # type: ignore[override]
+        on_delivery = kw.get("on_delivery")
+        if on_delivery is not None and topic.startswith("inlet.changes.") and self.MARKER in (value or b""):
+            refusal = KafkaError(
+                KafkaError.RECORD_LIST_TOO_LARGE,
+                "Broker: Message batch larger than configured server segment size",
+            )
+
+            def refused(_err: Any, msg: Any) -> None:
+                on_delivery(refusal, msg)
+
+            kw["on_delivery"] = refused
+        super().produce(topic, value, key, **kw)
+
+
+def test_an_output_the_broker_refuses_sends_its_source_record_to_the_dead_letters(
+    kafka_server: EmbeddedKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = unique_prefix()
+    topic = f"{prefix}.public.customers"
+    kafka_server.create_topic(topic, partitions=1)
+    good = [r for r in recorded(prefix) if r.topic == topic and r.value is not None and r.key is not None]
+    marked = json.loads(good[2].value or b"")
+    marked["payload"]["after"]["bio"] = RefusingProducer.MARKER.decode()
+    marked_bytes = json.dumps(marked, separators=(",", ":")).encode()
+    produce(
+        kafka_server.bootstrap, [good[0], (topic, good[2].key, marked_bytes, [("trace", b"t1")]), good[1]]
+    )
+    monkeypatch.setattr(service_module, "Producer", RefusingProducer)
+
+    config = make_config(kafka_server.bootstrap, prefix, topics=(topic,), topic_pattern=None)
+    dlq = config.dlq_topic
+    with running(config) as service:
+        wait_for(lambda: committed(kafka_server.bootstrap, config.group, topic) == [3])
+        [letter] = read_all(kafka_server.bootstrap, [dlq], min_count=1, idle_s=0.5)
+        assert service.health()[0]
+    # the source record, byte for byte with its headers, and the broker's reason
+    assert letter.value == marked_bytes and letter.key == good[2].key
+    assert letter.header_list[0] == ("trace", b"t1")
+    h = letter.headers
+    assert (h["inlet-dlq-topic"], h["inlet-dlq-offset"], h["inlet-dlq-error-class"]) == (
+        topic.encode(),
+        b"1",
+        b"ProduceError",
+    )
+    assert b"RECORD_LIST_TOO_LARGE" in h["inlet-dlq-reason"]

@@ -525,8 +525,10 @@ def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
             )
             ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
             if "metrics" in ports:  # an HTTP service: /healthz probes, Prometheus scrape annotations
-                for probe in ("livenessProbe", "readinessProbe"):
-                    assert c[probe]["httpGet"]["path"] == "/healthz", where
+                assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", where
+                # the writer is not ready while a bad row keeps a table stopped
+                ready = "/readyz" if doc["metadata"]["name"] == "inlet-writer" else "/healthz"
+                assert c["readinessProbe"]["httpGet"]["path"] == ready, where
                 ann = doc["spec"]["template"]["metadata"].get("annotations", {})
                 assert ann.get("prometheus.io/scrape") == "true", where
                 assert ann.get("prometheus.io/port") == str(ports["metrics"]), where

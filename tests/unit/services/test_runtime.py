@@ -114,9 +114,31 @@ def test_metrics_and_health_endpoints() -> None:
         metrics = urllib.request.urlopen(base + "/metrics").read().decode()
         assert "inlet_test_events_total 3.0" in metrics
         assert json.loads(urllib.request.urlopen(base + "/healthz").read()) == {"status": "ok", "lag": 5}
+        assert json.loads(urllib.request.urlopen(base + "/readyz").read())["status"] == "ok"  # = health
         healthy["ok"] = False
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(base + "/healthz")
         assert err.value.code == 503
+    finally:
+        endpoint.stop()
+
+
+def test_readiness_endpoint_runs_its_own_check() -> None:
+    stopped: dict[str, str] = {}
+    endpoint = serve_http(
+        "127.0.0.1:0",
+        CollectorRegistry(),
+        lambda: (True, {}),
+        ready=lambda: (not stopped, {"stopped": dict(stopped)}),
+    )
+    try:
+        base = f"http://{endpoint.address}"
+        assert json.loads(urllib.request.urlopen(base + "/readyz").read()) == {"status": "ok", "stopped": {}}
+        stopped["db.public.t"] = "bad row at inlet.changes.db.public.t[0]@7: ..."
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(base + "/readyz")
+        assert err.value.code == 503
+        assert json.loads(err.value.read()) == {"status": "not ready", "stopped": dict(stopped)}
+        assert urllib.request.urlopen(base + "/healthz").status == 200  # still alive: no restart
     finally:
         endpoint.stop()

@@ -12,8 +12,9 @@ Graceful stop
 
 Metrics and health
     :func:`serve_http` starts one HTTP server on the service's ``--metrics-listen`` address with
-    ``/metrics`` (Prometheus text format, the service's registry) and ``/healthz`` (200 with a JSON
-    body while the service's check passes, 503 otherwise).
+    ``/metrics`` (Prometheus text format, the service's registry), ``/healthz`` (200 with a JSON
+    body while the service's check passes, 503 otherwise) and ``/readyz`` (the same for the
+    service's readiness check: whether it does all its work; the health check when it has none).
 """
 
 from __future__ import annotations
@@ -216,21 +217,30 @@ def split_listen(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def serve_http(listen: str, registry: CollectorRegistry, health: HealthCheck) -> HttpEndpoint:
-    """Serve ``/metrics`` and ``/healthz`` on ``listen`` (``HOST:PORT``; port 0 picks a free one)."""
+def serve_http(
+    listen: str, registry: CollectorRegistry, health: HealthCheck, ready: HealthCheck | None = None
+) -> HttpEndpoint:
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``listen`` (``HOST:PORT``; port 0 picks a
+    free one); ``/readyz`` runs ``ready`` (default: ``health``)."""
     host, port = split_listen(listen)
+
+    def check(fn: HealthCheck, bad: str) -> tuple[bytes, int]:
+        try:
+            ok, details = fn()
+        except Exception as e:  # a failing check is unhealthy, not a crashed endpoint
+            ok, details = False, {"error": str(e)}
+        return json.dumps({"status": "ok" if ok else bad, **details}).encode(), (200 if ok else 503)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             if self.path.startswith("/metrics"):
                 body, status, ctype = generate_latest(registry), 200, CONTENT_TYPE_LATEST
             elif self.path.startswith("/healthz"):
-                try:
-                    ok, details = health()
-                except Exception as e:  # a failing check is unhealthy, not a crashed endpoint
-                    ok, details = False, {"error": str(e)}
-                body = json.dumps({"status": "ok" if ok else "unhealthy", **details}).encode()
-                status, ctype = (200 if ok else 503), "application/json"
+                body, status = check(health, "unhealthy")
+                ctype = "application/json"
+            elif self.path.startswith("/readyz"):
+                body, status = check(ready or health, "not ready")
+                ctype = "application/json"
             else:
                 body, status, ctype = b"not found\n", 404, "text/plain"
             self.send_response(status)

@@ -8,7 +8,13 @@ the outputs -- in one thread:
    murmur2 partitioner, as Java clients), a transaction END -- and a TRUNCATE -- to *every* partition
    of that table's topic, so every writer owning a partition sees it in order with its changes; a
    record that cannot be decoded goes, byte for byte with its headers, to the dead-letter topic with
-   ``inlet-dlq-*`` headers naming the reason and where it came from;
+   ``inlet-dlq-*`` headers naming the reason and where it came from (:mod:`inlet.services.dead_letters`);
+   so does a record whose output the producer refuses for good (too large for ``message.max.bytes``
+   -- librdkafka's MSG_SIZE_TOO_LARGE --, or the broker's RECORD_LIST_TOO_LARGE / MESSAGE_TOO_LARGE /
+   INVALID_RECORD in a delivery report): its source record is read back from its topic and written
+   as a dead letter with the reason (error class ``ProduceError``; without its value, whose size
+   ``inlet-dlq-value-bytes`` gives, when it is too large for the dead-letter topic too), and the
+   stream goes on;
 3. when the broker has acknowledged every output of a batch and of all batches before it, the batch's
    source positions become committable; they are committed every ``--commit-interval-ms``, on
    rebalance and on stop. So a source offset is committed only after everything derived from it and
@@ -42,6 +48,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services import dead_letters
 from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.cdc_consumer.metrics import CdcMetrics
 from inlet.services.cdc_consumer.settings import CdcConfig, valid_topic_name
@@ -57,12 +64,13 @@ H_SCHEMA_VERSION = "inlet-schema-version"
 H_SOURCE_TOPIC = "inlet-source-topic"
 H_SOURCE_PARTITION = "inlet-source-partition"
 H_SOURCE_OFFSET = "inlet-source-offset"
-H_DLQ_REASON = "inlet-dlq-reason"
-H_DLQ_TOPIC = "inlet-dlq-topic"
-H_DLQ_PARTITION = "inlet-dlq-partition"
-H_DLQ_OFFSET = "inlet-dlq-offset"
-H_DLQ_TIMESTAMP = "inlet-dlq-timestamp"
-H_DLQ_ERROR_CLASS = "inlet-dlq-error-class"
+H_DLQ_REASON = dead_letters.H_DLQ_REASON
+H_DLQ_TOPIC = dead_letters.H_DLQ_TOPIC
+H_DLQ_PARTITION = dead_letters.H_DLQ_PARTITION
+H_DLQ_OFFSET = dead_letters.H_DLQ_OFFSET
+H_DLQ_TIMESTAMP = dead_letters.H_DLQ_TIMESTAMP
+H_DLQ_ERROR_CLASS = dead_letters.H_DLQ_ERROR_CLASS
+PRODUCE_ERROR = "ProduceError"  # the error class of a record whose output the producer refused
 
 KIND_CHANGE = b"change"
 KIND_TRANSACTION = b"transaction"
@@ -81,17 +89,48 @@ class CdcServiceError(Exception):
 class _Batch:
     """The outputs of one poll: outstanding acknowledgements and the source positions they free."""
 
-    __slots__ = ("error", "pending", "positions")
+    __slots__ = ("error", "pending", "positions", "refused")
 
     def __init__(self) -> None:
         self.pending = 0
         self.positions: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset
         self.error: KafkaError | None = None
+        # outputs refused for good (see dead_letters.permanent): (output topic, error, the source
+        # record's position, the letter when the output was one); their source records become dead
+        # letters before the batch is done
+        self.refused: list[tuple[str, KafkaError, dead_letters.Position, _Letter | None]] = []
 
     def ack(self, err: KafkaError | None, _msg: Message) -> None:
         self.pending -= 1
         if err is not None and self.error is None:
             self.error = err
+
+    def acker(
+        self, source: dead_letters.Position, letter: _Letter | None = None
+    ) -> Callable[[KafkaError | None, Message], None]:
+        """The delivery callback of the outputs of the record at ``source`` (or of its ``letter``):
+        an output refused for good is remembered with its source, not an error of the batch.
+        (Delivery reports carry no headers, so the source is kept here.)"""
+
+        def ack(err: KafkaError | None, msg: Message) -> None:
+            self.pending -= 1
+            if err is None:
+                return
+            if dead_letters.permanent(err):
+                self.refused.append((str(msg.topic()), err, source, letter))
+            elif self.error is None:
+                self.error = err
+
+        return ack
+
+
+class _Letter:
+    """A dead letter as produced (to send again without its value)."""
+
+    __slots__ = ("headers", "key", "size")
+
+    def __init__(self, key: bytes | None, headers: Headers, size: int) -> None:
+        self.key, self.headers, self.size = key, headers, size
 
 
 def build_decoder(config: CdcConfig) -> Any:
@@ -290,7 +329,6 @@ class CdcConsumerService:
         producer = self._producer
         assert producer is not None
         batch = _Batch()
-        ack = batch.ack
         positions = batch.positions
         decode = self.decoder.decode
         observe = self.metrics.decode_seconds.observe
@@ -336,6 +374,7 @@ class CdcConsumerService:
                 (H_SOURCE_PARTITION, str(partition).encode()),
                 (H_SOURCE_OFFSET, str(offset).encode()),
             ]
+            ack = batch.acker((topic, partition, offset))
             for rec in records:
                 if rec.HasField("change"):
                     change = rec.change
@@ -357,7 +396,7 @@ class CdcConsumerService:
                         tx_id = change.transaction.id
                         for p in range(self._output_partitions(out_topic)):
                             counted = ends.change_ack(ack, (table, tx_id), int(p == 0)) if tx_id else None
-                            self._produce(batch, out_topic, value, b"", headers, p, counted)
+                            self._produce(batch, out_topic, value, b"", headers, p, counted, source=m)
                     else:
                         tx_id = change.transaction.id
                         on_delivery = ends.change_ack(ack, (table, tx_id)) if tx_id else ack
@@ -380,7 +419,12 @@ class CdcConsumerService:
                                 headers,
                                 None,
                                 on_delivery,
+                                source=m,
                             )
+                        except KafkaException as e:
+                            batch.pending -= 1
+                            self._refused_now(batch, m, out_topic, e)
+                            break
                     change_counts[table] = change_counts.get(table, 0) + 1
                     ts = change.source.source_ts_ms
                     if ts > max_source_ts:
@@ -404,7 +448,7 @@ class CdcConsumerService:
                     value = rec.SerializeToString()
                     n = self._output_partitions(out_topic)
                     for p in range(n):
-                        self._produce(batch, out_topic, value, tx.id.encode(), headers, p)
+                        self._produce(batch, out_topic, value, tx.id.encode(), headers, p, ack, source=m)
                     tx_counts[table] = tx_counts.get(table, 0) + n
         self._batches.append(batch)
         producer.poll(0)
@@ -464,7 +508,11 @@ class CdcConsumerService:
         headers: Headers,
         partition: int | None,
         on_delivery: Callable[[Any, Any], None] | None = None,
+        source: Message | None = None,
     ) -> None:
+        """Produce one output, waiting while the local queue is full. An output refused for good
+        makes ``source`` (the record it came from) a dead letter; a dead letter too large is sent
+        without its value; anything else refused stops the service."""
         producer = self._producer
         assert producer is not None
         ack = on_delivery or batch.ack
@@ -494,7 +542,33 @@ class CdcConsumerService:
                 self._keep_alive()
             except KafkaException as e:
                 batch.pending -= 1
+                err = e.args[0] if e.args else None
+                e.with_traceback(None)  # see _refused_now
+                if isinstance(err, KafkaError) and dead_letters.permanent(err):
+                    if (
+                        topic == self.config.dlq_topic
+                        and value is not None
+                        and err.code() in dead_letters.TOO_LARGE
+                    ):
+                        self._produce(
+                            batch, topic, None, key, dead_letters.without_value(headers, len(value)), None
+                        )
+                        return
+                    if source is not None and topic != self.config.dlq_topic:
+                        self._refused_now(batch, source, topic, e)
+                        return
                 raise CdcServiceError(f"cannot produce to {topic}: {e}") from e
+
+    def _refused_now(self, batch: _Batch, m: Message, out_topic: str, e: KafkaException) -> None:
+        """``produce`` refused an output of ``m`` at once (librdkafka's own checks): ``m`` is a dead
+        letter when the refusal is for good, else the service stops."""
+        err = e.args[0] if e.args else None
+        if not (isinstance(err, KafkaError) and dead_letters.permanent(err)):
+            raise CdcServiceError(f"cannot produce to {out_topic}: {e}") from e
+        # the exception outlives this call (confluent-kafka keeps it): its traceback would keep the
+        # producer, and its librdkafka threads, alive after the service stopped
+        e.with_traceback(None)
+        self._dead_letter(batch, m, _refusal(out_topic, err), PRODUCE_ERROR)
 
     def _keep_alive(self) -> None:
         """Poll the (paused) consumer so it stays in its group while the producer waits."""
@@ -511,17 +585,11 @@ class CdcConsumerService:
         self._last_poll = time.monotonic()
 
     def _dead_letter(self, batch: _Batch, m: Message, reason: str, error_class: str) -> None:
-        ts_type, ts = m.timestamp()
-        headers: Headers = list(m.headers() or [])  # type: ignore[arg-type]  # a list when consumed
-        headers += [
-            (H_DLQ_REASON, reason.encode("utf-8", "replace")),
-            (H_DLQ_TOPIC, str(m.topic()).encode()),
-            (H_DLQ_PARTITION, str(m.partition()).encode()),
-            (H_DLQ_OFFSET, str(m.offset()).encode()),
-            (H_DLQ_TIMESTAMP, str(ts if ts_type else -1).encode()),
-            (H_DLQ_ERROR_CLASS, error_class.encode()),
-        ]
-        self._produce(batch, self.config.dlq_topic, m.value(), m.key(), headers, None)
+        headers = dead_letters.message_headers(m, reason, error_class)
+        value, key = m.value(), m.key()
+        source = (str(m.topic()), m.partition() or 0, m.offset() or 0)
+        ack = batch.acker(source, _Letter(key, headers, len(value or b"")) if value is not None else None)
+        self._produce(batch, self.config.dlq_topic, value, key, headers, None, ack)
         self.metrics.dead_letters.labels(error_class).inc()
         log_event(
             log,
@@ -594,12 +662,45 @@ class CdcConsumerService:
         acked = self._acked
         while batches and batches[0].pending <= 0:
             b = batches[0]
+            if b.refused and b.error is None:
+                self._letters_for_refused(b)
+                if b.pending > 0 or b.refused:
+                    break  # done once the letters are acknowledged
             if b.error is not None:
                 self._fatal = f"the broker refused an output: {b.error.str()} (code {b.error.name()})"
                 return
             acked.update(b.positions)
             batches.popleft()
         self.metrics.pending.set(sum(b.pending for b in batches))
+
+    def _letters_for_refused(self, batch: _Batch) -> None:
+        """Dead letters for the batch's outputs refused in delivery reports: each source record read
+        back from its topic (a refused dead letter is sent again without its value). Left for the
+        next try when a source cannot be read now."""
+        refused, batch.refused = batch.refused, []
+        dlq = self.config.dlq_topic
+        sources: dict[dead_letters.Position, tuple[str, KafkaError]] = {}
+        for topic, err, source, letter in refused:
+            if topic == dlq:
+                if letter is None:  # refused even without its value
+                    batch.error = err
+                    return
+                headers = dead_letters.without_value(letter.headers, letter.size)
+                self._produce(batch, dlq, None, letter.key, headers, None, batch.acker(source))
+                continue
+            sources.setdefault(source, (topic, err))
+        if not sources:
+            return
+        consumer_conf = {"bootstrap.servers": self.config.bootstrap, **(self.config.consumer_options or {})}
+        try:
+            records = dead_letters.fetch(consumer_conf, sources, timeout_s=10.0)
+        except dead_letters.DeadLetterError as e:
+            batch.refused = [r for r in refused if r[0] != dlq]  # tried again at the next harvest
+            self._warn_rate_limited("refused", "cannot read back a refused output's source yet", error=str(e))
+            return
+        for pos, m in sorted(records.items(), key=lambda pm: pm[0]):
+            topic, err = sources[pos]
+            self._dead_letter(batch, m, _refusal(topic, err), PRODUCE_ERROR)
 
     def _commit(self, sync: bool, only: set[tuple[str, int]] | None = None) -> None:
         consumer = self._consumer
@@ -782,3 +883,7 @@ class CdcConsumerService:
 def _client_options(options: Mapping[str, str] | None) -> dict[str, str]:
     """The settings shared by every client (security), taken from the producer options."""
     return {k: v for k, v in (options or {}).items() if k.startswith(("security.", "sasl.", "ssl."))}
+
+
+def _refusal(topic: str, err: KafkaError) -> str:
+    return f"the output to {topic} was refused: {err.str()} (code {err.name()})"

@@ -96,7 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "dlq_topic",
         "--dlq-topic",
-        "dead-letter topic for records that cannot be decoded",
+        "dead-letter topic for records that cannot be decoded or whose output is refused (too large)",
         default=DEFAULT_DLQ_TOPIC,
         metavar="TOPIC",
     ),

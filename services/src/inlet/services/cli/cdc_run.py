@@ -23,8 +23,9 @@ DESCRIPTION = """\
 Consume Debezium PostgreSQL change topics (JSON with or without schemas, or Avro with a schema
 registry) and publish Inlet's typed change events: each data change to
 <output prefix>.<table id> keyed by its record key; each transaction END (and TRUNCATE) to every
-partition of that table's topic; each record that cannot be decoded, unchanged, to the dead-letter
-topic with inlet-dlq-* headers giving the reason. Source offsets are committed only after the
+partition of that table's topic; each record that cannot be decoded, or whose output the producer
+refuses for good (larger than message.max.bytes, or refused by the broker), unchanged, to the
+dead-letter topic with inlet-dlq-* headers giving the reason. Source offsets are committed only after the
 broker acknowledged everything derived from them (at least once; the writer drops duplicates).
 
 /metrics (Prometheus) and /healthz are served on --metrics-listen.

@@ -1,4 +1,5 @@
-"""``inlet dlq show``: list the CDC consumer's dead letters (reason, where they came from, a preview).
+"""``inlet dlq show``: list the dead letters of the CDC consumer and the writer (reason, where they
+came from, a preview).
 
 It reads the dead-letter topic from the beginning without a consumer group (nothing is committed) and
 stops at its end. Tansu's high watermarks are not reliable, so the end is where no record arrived
@@ -23,7 +24,8 @@ DEFAULT_TOPIC = "inlet.dlq"
 PREVIEW_BYTES = 120
 
 DESCRIPTION = """\
-List the records the CDC consumer could not decode, oldest first per partition: the reason, the
+List the dead letters, oldest first per partition -- the records the CDC consumer could not decode
+or relay, and the writer's bad rows (its --dlq-topic is the same by default): the reason, the
 error class, the source topic/partition/offset and timestamp, and a preview of the original value
 (text when it is UTF-8, else hex). --json prints one object per dead letter with the full value
 (base64) and every header.
@@ -40,8 +42,8 @@ def add_dlq_commands(subparsers: Any) -> None:
     """Add ``dlq show`` to the ``inlet`` command's subparsers."""
     p = subparsers.add_parser(
         "dlq",
-        help="inspect the CDC consumer's dead-letter topic",
-        description="The CDC consumer's dead letters.",
+        help="inspect the dead-letter topic (the CDC consumer's and the writer's)",
+        description="The dead letters of the CDC consumer and the writer.",
         formatter_class=_formatter,
     )
     sub = p.add_subparsers(dest="dlq_command", metavar="COMMAND", required=True)

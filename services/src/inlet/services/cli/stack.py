@@ -2,7 +2,8 @@
 
 ``up`` starts a background supervisor (``inlet stack supervise``) and returns once every process is
 healthy, printing one JSON line with the addresses; ``down`` stops it (everything, in reverse
-order); ``status`` shows each process, its pid and health. State and logs live in ``--dir``.
+order); ``status`` shows each process, its pid and health, and the tables the writer stopped on a
+bad row with the reason (from its ``/readyz``). State and logs live in ``--dir``.
 With ``--source URL`` the stack replicates the user's PostgreSQL (checked first by
 :func:`inlet.services.stack.source.preflight`); ``status`` then shows the WAL its replication slot
 holds, and ``down --drop-slot`` drops the slot and the publication.
@@ -25,6 +26,7 @@ import psycopg
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.runtime import Setting, SettingsError, StopSignal, add_arguments, resolve
 from inlet.services.stack import source
+from inlet.services.stack.components import stopped_tables
 from inlet.services.stack.processes import StackError
 from inlet.services.stack.supervisor import (
     CONFIG_FILE,
@@ -322,6 +324,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     src = _source_status(StackConfig.load(directory), running)
     if src is not None:
         state["source"] = src
+    for c in state.get("components", []):  # tables a bad row stopped, as the service tells now
+        if running and c.get("health") and c.get("alive"):
+            stopped = stopped_tables(c["health"])
+            if stopped:
+                c["stopped_tables"] = stopped
     if args.json:
         print(json.dumps(state))
         return 0
@@ -331,6 +338,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             "healthy" if c.get("healthy") and running else ("up" if c.get("alive") and running else "down")
         )
         print(f"  {c['name']:<17} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}")
+        for table, reason in sorted((c.get("stopped_tables") or {}).items()):
+            print(f"    table {table} stopped: {reason}")
     if src is not None:
         print(f"  source {src['url']}, slot {src['slot']}: ", end="")
         if "error" in src:
@@ -391,7 +400,11 @@ def add_stack_commands(subparsers: Any) -> None:
         "holds no WAL for it (a later `up` loads the tables anew)",
     )
     down.set_defaults(handler=cmd_down)
-    status = sub.add_parser("status", help="each process, its pid and health", formatter_class=_formatter)
+    status = sub.add_parser(
+        "status",
+        help="each process, its pid and health; tables stopped by a bad row",
+        formatter_class=_formatter,
+    )
     add_arguments(status, (DIR_SETTING,), ENV_PREFIX)
     status.add_argument("--json", action="store_true", help="print the state as one JSON object")
     status.set_defaults(handler=cmd_status)

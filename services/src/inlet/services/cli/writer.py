@@ -144,7 +144,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "error_retry_s",
         "--error-retry-s",
-        "retry interval of a table paused by bad input or an incompatible schema change",
+        "retry interval of a table paused by an incompatible schema change",
         kind="float",
         default=30.0,
         metavar="S",
@@ -156,6 +156,22 @@ SETTINGS: tuple[Setting, ...] = (
         "fail stops the table, earliest resumes from the earliest available offset with a warning",
         default="fail",
         metavar="fail|earliest",
+    ),
+    Setting(
+        "on_bad_row",
+        "--on-bad-row",
+        "a row that cannot be converted (or an undecodable record): stop = its table stops (nothing of "
+        "the batch committed; resumes when the writer restarts), dead-letter = the batch commits "
+        "without it; both send the record with the reason to --dlq-topic",
+        default="stop",
+        metavar="{stop,dead-letter}",
+    ),
+    Setting(
+        "dlq_topic",
+        "--dlq-topic",
+        "dead-letter topic of the bad records (the CDC consumer's by default; inlet dlq show lists it)",
+        default="inlet.dlq",
+        metavar="TOPIC",
     ),
     Setting(
         "option",
@@ -181,7 +197,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "metrics_listen",
         "--metrics-listen",
-        "HOST:PORT of /metrics and /healthz (port 0: any free port)",
+        "HOST:PORT of /metrics, /healthz and /readyz (503 while a table is stopped) (port 0: any free port)",
         default="127.0.0.1:9464",
         metavar="HOST:PORT",
     ),
@@ -203,6 +219,9 @@ commit coordinator, exactly once.
 - A commit never holds part of a source transaction (bounded by --transaction-hold-ms).
 - Schema changes (new columns, widened types) evolve the table; an incompatible change pauses that
   table only (see /healthz).
+- A bad row (a value that does not fit its column, an undecodable record) goes to --dlq-topic with
+  the reason and stops its table only (/healthz and /readyz name it; it resumes when the writer
+  restarts); with --on-bad-row dead-letter the batch commits without it.
 """
 
 EPILOG = """\
@@ -317,7 +336,8 @@ def add_writer_commands(subparsers: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> Any:
-    from inlet.services.writer.service import WriterConfig
+    from inlet.services.cdc_consumer.settings import valid_topic_name
+    from inlet.services.writer.service import ON_BAD_ROW, WriterConfig
 
     try:
         v = resolve(args, SETTINGS, ENV_PREFIX, environ)
@@ -327,6 +347,10 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         raise UsageError(f"--engine must be local or spark, not {v['engine']!r}")
     if v["on_offset_gap"] not in ("fail", "earliest"):
         raise UsageError(f"--on-offset-gap must be fail or earliest, not {v['on_offset_gap']!r}")
+    if v["on_bad_row"] not in ON_BAD_ROW:
+        raise UsageError(f"--on-bad-row must be stop or dead-letter, not {v['on_bad_row']!r}")
+    if not valid_topic_name(v["dlq_topic"]):
+        raise UsageError(f"--dlq-topic: not a Kafka topic name: {v['dlq_topic']!r}")
     for name in ("batch_max_records", "batch_max_bytes", "batch_interval_ms"):
         if v[name] < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
@@ -356,6 +380,8 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         kafka=kafka,
         write_options=parse_key_values(v["option"], "--option"),
         compaction=bool(v["compaction"]),
+        on_bad_row=v["on_bad_row"],
+        dlq_topic=v["dlq_topic"],
     ), v["metrics_listen"]
 
 
@@ -368,7 +394,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         writer = Writer(config)
     except TableConfigError as e:
         raise UsageError(str(e)) from None
-    endpoint = serve_http(listen, writer.metrics.registry, writer.health)
+    endpoint = serve_http(listen, writer.metrics.registry, writer.health, ready=writer.readiness)
     with StopSignal() as stop:
         announce(metrics=endpoint.address, group=config.group, engine=config.engine)
         try:

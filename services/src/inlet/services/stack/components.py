@@ -157,3 +157,21 @@ class CommandComponent:
             out["health"] = self.health_url
             out["metrics"] = self.health_url.replace("/healthz", "/metrics")
         return {**out, **self.extra}
+
+
+def stopped_tables(health_url: str, timeout_s: float = 2.0) -> dict[str, str] | None:
+    """The tables a service reports stopped on its ``/readyz`` (next to ``health_url``), each with
+    its reason; None when the endpoint cannot be read."""
+    url = health_url.replace("/healthz", "/readyz")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as e:  # 503: not ready, the body says why
+        body = e.read()
+    except (urllib.error.URLError, OSError):
+        return None
+    try:
+        stopped = json.loads(body).get("stopped") or {}
+    except (ValueError, AttributeError):
+        return None
+    return {str(k): str(v) for k, v in stopped.items()} if isinstance(stopped, dict) else None

@@ -55,6 +55,14 @@ class WriterMetrics:
         self.lag = Gauge(
             "inlet_writer_kafka_lag", "High watermark minus position", ["topic", "partition"], registry=r
         )
+        self.dead_letters = Counter(
+            "inlet_writer_dead_letters", "Records sent to the dead-letter topic", ["table"], registry=r
+        )
+        self.stopped = Gauge(
+            "inlet_writer_stopped_tables",
+            "Tables stopped by a bad row (until the writer restarts)",
+            registry=r,
+        )
         self.paused = Gauge("inlet_writer_paused_tables", "Tables whose partitions are paused", registry=r)
         self.compactions = Counter("inlet_writer_compactions", "Compactions run", ["table"], registry=r)
         self.compaction_seconds = Histogram(

@@ -198,6 +198,17 @@ def _py(value: pb.Value, col: pb.Column, arrow: pa.DataType) -> Any:
     raise RowError(f"column {col.name!r}: unknown value kind {kind}")
 
 
+#: what a value that cannot be converted raises (beside RowError): Arrow's conversion errors, Python's
+#: OverflowError and decimal errors (ArithmeticErrors), UnicodeError (a ValueError)
+CONVERSION_ERRORS: tuple[type[BaseException], ...] = (
+    RowError,
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+    ArithmeticError,
+    UnicodeError,
+)
+
+
 def _as_numbers(t: pa.DataType) -> pa.DataType:
     if pa.types.is_timestamp(t):
         return pa.int64()
@@ -439,8 +450,10 @@ def to_arrow(
     current_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
     partition_fields: Sequence[str] = (),
     stored_locations: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+    types_from: Sequence[Change] | None = None,
 ) -> pa.Table:
-    """The upsert input for ``changes`` (arrival order per key).
+    """The upsert input for ``changes`` (arrival order per key; the column types are those of the
+    batch ``types_from``, default ``changes``).
 
     A TRUNCATE becomes deletes, at its LSN, of every key in the table (``existing_keys()``, with the
     ``partition_fields``) and of every key written earlier in the batch; changes after it (larger
@@ -470,7 +483,7 @@ def to_arrow(
     a change older than the row's stored version (``_event_lsn``) is dropped, as it would lose
     there anyway, so it moves nothing.
     """
-    fields, schema_keys = batch_schema(changes)
+    fields, schema_keys = batch_schema(changes if types_from is None else types_from)
     keys = list(key_fields) if key_fields is not None else schema_keys
     types = {f.name: f.type for f in fields}
     for k in dict.fromkeys([*keys, *partition_fields]):  # a batch of only TRUNCATEs carries no schema
@@ -674,3 +687,33 @@ def to_arrow(
     table_id = next((ch.event.table_id for ch in changes if ch.event.table_id), "")
     arrays = [_column_array(table_id, f, columns[f.name]) for f in out_fields]
     return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))
+
+
+def bad_changes(
+    changes: Sequence[Change], key_fields: Sequence[str], table_schema: pa.Schema | None = None
+) -> list[tuple[Change, str, str]]:
+    """The changes of a batch that cannot become rows, each with the reason and the error's class: every change converted
+    alone with the batch's column types (the change's own when the batch's cannot be built).
+
+    A TRUNCATE is converted without the table's keys and a TOAST-unchanged value without the stored
+    row: those parts read the table, never the change, so they cannot make a change bad."""
+    try:
+        batch_schema(changes)
+        batch: Sequence[Change] | None = changes
+    except CONVERSION_ERRORS:
+        batch = None
+    out: list[tuple[Change, str, str]] = []
+    for ch in changes:
+        try:
+            to_arrow(
+                [ch],
+                key_fields=key_fields,
+                table_schema=table_schema,
+                existing_keys=list,
+                current_rows=lambda images: images,
+                types_from=batch if batch is not None else [ch],
+            )
+        except CONVERSION_ERRORS as e:
+            reason = str(e) if isinstance(e, RowError) else f"{type(e).__name__}: {e}"
+            out.append((ch, reason, type(e).__name__))
+    return out

@@ -18,10 +18,20 @@ a time: each batch is written while holding the table's ``writer`` lock lease at
 and completed with its fencing token, so a worker that stalled past its lease (its partitions
 reassigned meanwhile) cannot commit over its successor. NBCC tables take several workers at once.
 
-Records of one table never hold up another's: a failing table's partitions are paused (bad
-input and incompatible schema changes stay paused, retried every ``--error-retry-s``, and are
-reported on /healthz) and a table whose held buffer grows beyond twice the batch limits is
-paused until it commits.
+Records of one table never hold up another's: a failing table's partitions are paused
+(incompatible schema changes stay paused, retried every ``--error-retry-s``, and are reported on
+/healthz) and a table whose held buffer grows beyond twice the batch limits is paused until it
+commits.
+
+Bad rows (a change that cannot become a row of the table, or an undecodable record) quarantine their
+table: with ``--on-bad-row stop`` (the default) nothing of the batch is committed, each bad record
+goes -- its bytes read back from its topic, with the reason and its position in ``inlet-dlq-*``
+headers (:mod:`inlet.services.dead_letters`) -- to the dead-letter topic, and the table stops: its
+partitions stay paused, it is not retried (a retry would fail on the same row), and /healthz and
+/readyz name it with the reason. It resumes when the writer restarts (with ``--on-bad-row
+dead-letter`` to get past the row). With ``dead-letter`` the bad records' letters are written first
+and the batch then commits without them, its checkpoint past them. A letter that cannot be written
+is a transient failure: nothing moves past a bad row before its letter is acknowledged.
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ from inlet.services.coordinator_client.client import (
     GrpcCommitProtocol,
 )
 from inlet.services.coordinator_client.locks import hold_lease
+from inlet.services.dead_letters import DEFAULT_TOPIC as DEFAULT_DLQ_TOPIC
+from inlet.services.dead_letters import DeadLetterError, DeadLetterSink, Headers, fetch, message_headers
 from inlet.services.logs import log_event
 from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables
@@ -55,7 +67,7 @@ from inlet.services.writer.batcher import Cut, Entry, TableBuffer
 from inlet.services.writer.lookup import batch_input
 from inlet.services.writer.metrics import WriterMetrics
 from inlet.services.writer.offset_gaps import OffsetsUnknownError, find_gaps
-from inlet.services.writer.rows import OP_COL, Change, RowError, key_columns
+from inlet.services.writer.rows import CONVERSION_ERRORS, OP_COL, Change, bad_changes, key_columns
 
 log = logging.getLogger("inlet.writer")
 
@@ -64,6 +76,7 @@ TOPIC_PREFIX = "inlet.changes."
 AFTER_COMMIT = "writer_after_commit"  # the commit landed, nothing else recorded yet
 BEFORE_WRITE = "writer_before_write"
 WRITER_LOCK = "writer"  # the coordinator lock an OCC table's batches are written under
+ON_BAD_ROW = ("stop", "dead-letter")
 
 
 @dataclass
@@ -95,6 +108,8 @@ class WriterConfig:
     # never saw, or the topic was recreated): "fail" stops the table, "earliest" resumes from the
     # earliest available offset with a warning
     on_offset_gap: str = "fail"
+    on_bad_row: str = "stop"  # stop: the table stops; dead-letter: the row is dropped, the batch commits
+    dlq_topic: str = DEFAULT_DLQ_TOPIC
 
 
 @dataclass
@@ -119,6 +134,16 @@ class TableState:
     # partitions moved back to their earliest offset (--on-offset-gap earliest): the next commit
     # naming them marks the reset, so the coordinator's checkpoint fence lets it through
     reset: set[int] = field(default_factory=set)
+    stopped: bool = False  # by a bad row: paused until the writer restarts
+    dead_lettered: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) not yet committed
+
+
+class _BadRows(Exception):
+    """A batch holds changes that cannot become rows (``--on-bad-row stop``)."""
+
+    def __init__(self, bad: list[tuple[Change, str, str]]) -> None:
+        super().__init__(bad[0][1])
+        self.bad = bad
 
 
 def table_id_of(topic: str) -> str:
@@ -142,6 +167,7 @@ class Writer:
         self._spark: Any = None
         self._last_lag = 0.0
         self.started = False
+        self._dlq = DeadLetterSink(self._client_settings(), config.dlq_topic)
 
     # ------------------------------------------------------------------ health
 
@@ -149,7 +175,7 @@ class Writer:
         details: dict[str, Any] = {}
         for tid, st in sorted(self.tables.items()):
             details[tid] = {
-                "state": "paused" if st.paused else "running",
+                "state": "stopped" if st.stopped else "paused" if st.paused else "running",
                 "error": st.error,
                 "buffered": st.buffer.records,
                 "last_commit": st.last_commit,
@@ -157,6 +183,11 @@ class Writer:
             }
         degraded = any(st.error for st in self.tables.values())
         return self.started, {"degraded": degraded, "tables": details}
+
+    def readiness(self) -> tuple[bool, Mapping[str, Any]]:
+        """Ready while consuming with no table stopped; ``stopped`` names each stopped table with its reason."""
+        stopped = {tid: st.error or "" for tid, st in sorted(self.tables.items()) if st.stopped}
+        return self.started and not stopped, {"stopped": stopped}
 
     # ------------------------------------------------------------------ consumer
 
@@ -174,6 +205,14 @@ class Writer:
         }
         settings.update(self.config.kafka)
         return settings
+
+    def _client_settings(self) -> dict[str, Any]:
+        """The settings of this writer's other clients (the dead letters): bootstrap and security."""
+        shared = ("security.", "sasl.", "ssl.", "client.", "socket.")
+        return {
+            "bootstrap.servers": self.config.bootstrap,
+            **{k: v for k, v in self.config.kafka.items() if k.startswith(shared)},
+        }
 
     def _state(self, topic: str) -> TableState:
         tid = table_id_of(topic)
@@ -281,6 +320,7 @@ class Writer:
         for st in self.tables.values():
             if st.protocol is not None:
                 st.protocol.close()
+        self._dlq.close()
         self.client.close()
         if self._spark is not None:
             self._spark.stop()
@@ -320,8 +360,10 @@ class Writer:
             try:
                 record = pb.ChangeRecord.FromString(value)
             except DecodeError as e:
-                self._fail(st, f"undecodable ChangeRecord at {topic}[{partition}]@{offset}: {e}", "bad_input")
-                return
+                reason = f"undecodable ChangeRecord at {topic}[{partition}]@{offset}: {e}"
+                if not self._undecodable(st, msg, reason):
+                    return
+                record = pb.ChangeRecord()  # dead-lettered: kept as a non-data entry, committed past
             kind = record.WhichOneof("record")
             if kind == "change":
                 ev = record.change
@@ -470,12 +512,32 @@ class Writer:
             )
             assert st.path is not None and st.protocol is not None
             table = HudiTable.open(st.path, commit_protocol=st.protocol)
-            arrow = batch_input(changes, table)
+            keys = list(table.record_key_fields)
+
+            def convert(batch: list[Change]) -> pa.Table:
+                return batch_input(batch, table)
+
+            try:
+                arrow = convert(changes)
+            except CONVERSION_ERRORS:
+                bad = bad_changes(changes, keys, table.schema())
+                if not bad:  # only the batch as a whole fails: no row to name, the table stops
+                    raise
+                if self.config.on_bad_row != "dead-letter":
+                    raise _BadRows(bad) from None
+                self._dead_letter(st, bad)
+                changes = [c for c in changes if (c.partition, c.offset) not in st.dead_lettered]
+                arrow = convert(changes) if changes else None
             faults.crash_point(BEFORE_WRITE)
-            with self._writer_lease(st):
-                result = self._write(st, table, arrow, extra)
+            result = None
+            if arrow is not None:
+                with self._writer_lease(st):
+                    result = self._write(st, table, arrow, extra)
             faults.crash_point(AFTER_COMMIT)
             instant = result.instant_time if result is not None else None
+        except _BadRows as e:
+            self._stop_bad_rows(st, e.bad)
+            return
         except Exception as e:  # decide from the timeline whether the commit landed
             landed = False
             try:
@@ -498,6 +560,7 @@ class Writer:
         st.positions = new_positions
         st.buffer.drop(cut)
         st.reset -= checkpoint_positions.keys()
+        st.dead_lettered = {(p, o) for p, o in st.dead_lettered if o >= new_positions.get(p, 0)}
         st.failures = 0
         st.error = None
         st.last_commit = instant
@@ -651,6 +714,9 @@ class Writer:
     # ------------------------------------------------------------------ failures
 
     def _fail(self, st: TableState, message: str, kind: str) -> None:
+        if kind == "bad_input":  # the same input fails again: no retry
+            self._stop(st, message)
+            return
         st.failures += 1
         st.error = message
         st.error_kind = kind
@@ -659,7 +725,7 @@ class Writer:
         self.metrics.retries.labels(st.table_id).inc()
         if kind == "conflict":
             self.metrics.conflicts.labels(st.table_id).inc()
-        if kind in ("schema", "bad_input", "offset_gap"):
+        if kind in ("schema", "offset_gap"):
             delay = self.config.error_retry_s
         else:
             delay = min(60.0, self.config.retry_backoff_ms / 1000 * 2 ** min(st.failures - 1, 6))
@@ -667,7 +733,7 @@ class Writer:
         st.paused = True
         if self.consumer is not None and st.assigned:
             self.consumer.pause([TopicPartition(st.topic, p) for p in st.assigned])
-        level = logging.ERROR if kind in ("schema", "bad_input", "offset_gap") else logging.WARNING
+        level = logging.ERROR if kind in ("schema", "offset_gap") else logging.WARNING
         log_event(
             log,
             level,
@@ -677,6 +743,90 @@ class Writer:
             error=message,
             retry_in_s=round(delay, 1),
         )
+
+    def _stop(self, st: TableState, message: str) -> None:
+        """Stop the table for bad input: its partitions stay paused until the writer restarts."""
+        st.stopped = True
+        st.paused = True
+        st.retry_at = None
+        st.error = message
+        st.error_kind = "bad_input"
+        st.buffer.clear()
+        self.metrics.failures.labels(st.table_id, "bad_input").inc()
+        self.metrics.stopped.set(sum(1 for t in self.tables.values() if t.stopped))
+        if self.consumer is not None and st.assigned:
+            self.consumer.pause([TopicPartition(st.topic, p) for p in st.assigned])
+        log_event(
+            log,
+            logging.ERROR,
+            "bad input; table stopped until the writer restarts (--on-bad-row dead-letter skips bad rows)",
+            table=st.table_id,
+            error=message,
+            dead_letters=self.config.dlq_topic,
+        )
+
+    def _letters(self, st: TableState, bad: list[tuple[Change, str, str]]) -> list[tuple[Any, Any, Headers]]:
+        """The dead letters of ``bad``: each record read back from the topic, as it was consumed."""
+        positions = {(st.topic, c.partition, c.offset): (reason, cls) for c, reason, cls in bad}
+        records = fetch(self._consumer_settings(), positions)
+        return [
+            (m.key(), m.value(), message_headers(m, *positions[pos]))
+            for pos, m in sorted(records.items(), key=lambda pm: pm[0])
+        ]
+
+    def _dead_letter(self, st: TableState, bad: list[tuple[Change, str, str]]) -> None:
+        """Write the letters of the bad rows not written yet (raises :class:`DeadLetterError`)."""
+        new = [b for b in bad if (b[0].partition, b[0].offset) not in st.dead_lettered]
+        if new:
+            self._dlq.send(self._letters(st, new))
+            self.metrics.dead_letters.labels(st.table_id).inc(len(new))
+            for c, reason, _cls in new:
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "bad row sent to the dead letters; the batch goes on without it",
+                    table=st.table_id,
+                    partition=c.partition,
+                    offset=c.offset,
+                    reason=reason,
+                    dead_letters=self.config.dlq_topic,
+                )
+        st.dead_lettered.update((c.partition, c.offset) for c, _r, _c in bad)
+
+    def _stop_bad_rows(self, st: TableState, bad: list[tuple[Change, str, str]]) -> None:
+        try:
+            self._dlq.send(self._letters(st, bad))
+        except DeadLetterError as e:  # retried like any transient failure; the rows are found again
+            self._fail(st, f"{bad[0][1]}; its dead letter failed: {e}", "transient")
+            return
+        self.metrics.dead_letters.labels(st.table_id).inc(len(bad))
+        c = bad[0][0]
+        more = f" (and {len(bad) - 1} more bad rows)" if len(bad) > 1 else ""
+        self._stop(st, f"bad row at {st.topic}[{c.partition}]@{c.offset}: {bad[0][1]}{more}")
+
+    def _undecodable(self, st: TableState, msg: Message, reason: str) -> bool:
+        """Dead-letter a record that is no ChangeRecord (once, also when re-read after a failed
+        batch); whether the table goes on past it."""
+        where = (msg.partition() or 0, msg.offset() or 0)
+        if where not in st.dead_lettered:
+            try:
+                self._dlq.send([(msg.key(), msg.value(), message_headers(msg, reason, "DecodeError"))])
+            except DeadLetterError as e:
+                self._fail(st, f"{reason}; its dead letter failed: {e}", "transient")
+                return False
+            self.metrics.dead_letters.labels(st.table_id).inc()
+        if self.config.on_bad_row == "dead-letter":
+            st.dead_lettered.add(where)
+            log_event(
+                log,
+                logging.WARNING,
+                "undecodable record sent to the dead letters",
+                table=st.table_id,
+                reason=reason,
+            )
+            return True
+        self._stop(st, reason)
+        return False
 
     def _resume(self, st: TableState) -> None:
         assert self.consumer is not None
@@ -776,17 +926,12 @@ def ranges_end(ranges: Mapping[int, tuple[int, int]]) -> dict[int, int]:
     return {p: until for p, (_a, until) in ranges.items()}
 
 
-#: a value that cannot be converted: retrying cannot help (Arrow's conversion errors, Python's
-#: OverflowError and decimal errors are ArithmeticErrors, UnicodeError is a ValueError)
-_CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, ArithmeticError, UnicodeError)
-
-
 def _kind(e: BaseException) -> str:
     if isinstance(e, CommitConflictError):
         return "conflict"
     if isinstance(e, SchemaError):
         return "schema"
-    if isinstance(e, (RowError, InvalidInputError, *_CONVERSION_ERRORS)):
+    if isinstance(e, (InvalidInputError, *CONVERSION_ERRORS)):
         return "bad_input"
     return "transient"
 
