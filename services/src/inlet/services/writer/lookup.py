@@ -13,11 +13,11 @@ from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.writer.rows import LSN_COL, Change, key_values, table_rows, to_arrow
 
 
-def every_key(table: HudiTable, columns: Sequence[str]) -> list[dict[str, Any]]:
-    """``columns`` of every stored row."""
+def every_key(table: HudiTable, columns: Sequence[str]) -> pa.Table | None:
+    """``columns`` of every stored row, as Arrow columns (a large table's keys are no Python objects)."""
     if table.schema() is None:
-        return []
-    return table_rows(table.read(columns=list(columns), meta_columns=False))
+        return None
+    return table.read(columns=list(columns), meta_columns=False)
 
 
 def rows_of_keys(

@@ -446,7 +446,7 @@ def to_arrow(
     changes: Sequence[Change],
     key_fields: Sequence[str] | None = None,
     table_schema: pa.Schema | None = None,
-    existing_keys: Callable[[], list[dict[str, Any]]] | None = None,
+    existing_keys: Callable[[], pa.Table | None] | None = None,
     current_rows: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
     partition_fields: Sequence[str] = (),
     stored_locations: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
@@ -500,6 +500,8 @@ def to_arrow(
     key_images: dict[str, dict[str, Any]] = {}
     unresolved: list[tuple[int, int, str, dict[str, Any], str | None]] = []
     moved: set[str] = set()  # keys whose row moves to another partition in this batch
+    # a TRUNCATE's deletes of the stored keys: (their key and partition columns, the delete's meta)
+    stored_deletes: list[tuple[pa.Table | None, dict[str, Any]]] = []
     # global index: key -> its rows' (partition values, ordering value), stored or written in this batch
     where: dict[str, list[tuple[dict[str, Any], int | None]]] | None = None
     if part_names and stored_locations is not None:
@@ -553,9 +555,14 @@ def to_arrow(
 
     def add_change(ev: pb.ChangeEvent) -> None:
         if ev.op == pb.OPERATION_TRUNCATE:
+            if existing_keys is not None and not stored_deletes:
+                # the table's keys stay Arrow columns (a TRUNCATE of a large table holds no Python
+                # object per row); a later TRUNCATE of the batch finds them deleted already
+                stored = existing_keys()
+                stored_deletes.append((stored, meta(ev, "d", True)))
             truncated: dict[str, dict[str, Any]] = {}
             names = list(dict.fromkeys([*key_names, *partition_fields]))  # the rows of every partition
-            for image in [*(existing_keys() if existing_keys else []), *rows]:
+            for image in rows:
                 if image.get(DELETED_COL):
                     continue
                 key_image = {n: image.get(n) for n in names}
@@ -686,7 +693,24 @@ def to_arrow(
             columns[f.name].append(r.get(f.name))
     table_id = next((ch.event.table_id for ch in changes if ch.event.table_id), "")
     arrays = [_column_array(table_id, f, columns[f.name]) for f in out_fields]
-    return pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))
+    out = pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))
+    deletes = [_stored_deletes(stored, m, out.schema) for stored, m in stored_deletes if stored is not None]
+    return pa.concat_tables([*deletes, out]) if deletes else out
+
+
+def _stored_deletes(stored: pa.Table, meta: dict[str, Any], schema: pa.Schema) -> pa.Table:
+    """Delete rows of ``stored``'s keys (and partition values) with ``meta``, built column by column."""
+    n = stored.num_rows
+    arrays = []
+    for f in schema:
+        if f.name in stored.column_names:
+            col = stored.column(f.name).combine_chunks()
+            arrays.append(col if col.type == f.type else col.cast(f.type))
+        elif meta.get(f.name) is not None:
+            arrays.append(pa.repeat(pa.scalar(meta[f.name], f.type), n))
+        else:
+            arrays.append(pa.nulls(n, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def bad_changes(
@@ -709,7 +733,7 @@ def bad_changes(
                 [ch],
                 key_fields=key_fields,
                 table_schema=table_schema,
-                existing_keys=list,
+                existing_keys=lambda: None,
                 current_rows=lambda images: images,
                 types_from=batch if batch is not None else [ch],
             )
