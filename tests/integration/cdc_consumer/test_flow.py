@@ -64,7 +64,8 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
                 v["op"],
             )
 
-    config = make_config(kafka_server.bootstrap, prefix)
+    # the topics it creates take this replication factor (the default: the broker's own)
+    config = make_config(kafka_server.bootstrap, prefix, topic_replication_factor=3)
     with running(config) as service:
         # events_nopk has no primary key: its changes are skipped (no catalog shows its REPLICA IDENTITY), so nothing (not even an END,
         # which goes only where its changes went) reaches a topic of its own
@@ -85,6 +86,9 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
         assert health.status == 200 and json.loads(health.read())["status"] == "ok"
 
     assert topics_with_prefix(kafka_server.bootstrap, f"inlet.changes.{prefix}.") == sorted(out_topics)
+    # (the dead-letter topic: the change topics may have been auto-created by the reader first)
+    dlq = kafka_server.admin().list_topics(timeout=10).topics[config.dlq_topic]
+    assert {len(p.replicas) for p in dlq.partitions.values()} == {3}
     changes = [o for o in out if o.headers["inlet-kind"] == b"change"]
     txs = [o for o in out if o.headers["inlet-kind"] == b"transaction"]
 
@@ -222,6 +226,8 @@ def test_cli_rejects_bad_settings_naming_flag_and_variable(
     assert code == 2 and "--schema-registry" in err
     code, err = run("--bootstrap", "127.0.0.1:1", "--topic", "a", "--output-partitions", "0")
     assert code == 2 and "--output-partitions must be at least 1" in err
+    code, err = run("--bootstrap", "127.0.0.1:1", "--topic", "a", INLET_CDC_TOPIC_REPLICATION_FACTOR="0")
+    assert code == 2 and "--topic-replication-factor: -1 (the broker's default) or at least 1, not 0" in err
     code, err = run("--bootstrap", "127.0.0.1:1", "--topic", "a", "--consumer-option", "nokeyvalue")
     assert code == 2 and "KEY=VALUE" in err
 

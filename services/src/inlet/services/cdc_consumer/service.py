@@ -629,7 +629,13 @@ class CdcConsumerService:
                     return n
                 if not created:
                     fut = admin.create_topics(
-                        [NewTopic(topic, num_partitions=partitions, replication_factor=1)]
+                        [
+                            NewTopic(
+                                topic,
+                                num_partitions=partitions,
+                                replication_factor=self.config.topic_replication_factor,
+                            )
+                        ]
                     )
                     try:
                         fut[topic].result(timeout=30)

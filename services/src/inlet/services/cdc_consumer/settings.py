@@ -94,6 +94,15 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="N",
     ),
     Setting(
+        "topic_replication_factor",
+        "--topic-replication-factor",
+        "replication factor of the topics this service creates (change topics, dead letters); -1: the "
+        "broker's default.replication.factor. Or create them beforehand",
+        kind="int",
+        default=-1,
+        metavar="N",
+    ),
+    Setting(
         "dlq_topic",
         "--dlq-topic",
         "dead-letter topic for records that cannot be decoded or whose output is refused (too large)",
@@ -221,6 +230,7 @@ class CdcConfig:
     topic_prefix: str | None = None
     output_prefix: str = DEFAULT_OUTPUT_PREFIX
     output_partitions: int = 4
+    topic_replication_factor: int = -1  # of the topics it creates; -1: the broker's default
     dlq_topic: str = DEFAULT_DLQ_TOPIC
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     batch_size: int = 2000
@@ -287,6 +297,7 @@ class CdcConfig:
             raise SettingsError(f"--output-prefix: not usable in Kafka topic names: {self.output_prefix!r}")
         for name, value, low in (
             ("--output-partitions", self.output_partitions, 1),
+            ("--topic-replication-factor", self.topic_replication_factor, -1),
             ("--batch-size", self.batch_size, 1),
             ("--batch-timeout-ms", self.batch_timeout_ms, 0),
             ("--commit-interval-ms", self.commit_interval_ms, 0),
@@ -296,5 +307,7 @@ class CdcConfig:
         ):
             if value < low:
                 raise SettingsError(f"{name} must be at least {low}, not {value}")
+        if self.topic_replication_factor == 0:
+            raise SettingsError("--topic-replication-factor: -1 (the broker's default) or at least 1, not 0")
         if self.shutdown_timeout_s < 0:
             raise SettingsError("--shutdown-timeout must not be negative")

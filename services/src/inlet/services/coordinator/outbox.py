@@ -370,7 +370,7 @@ class OutboxPublisher:
         admin_config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "logger": _kafka_log}
         admin = AdminClient(admin_config)
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=self.topic_partitions, replication_factor=1) for name in names],
+            [NewTopic(name, num_partitions=self.topic_partitions) for name in names]  # the broker's replication,
             request_timeout=self.delivery_timeout_s,
         )
         try:
