@@ -370,7 +370,8 @@ class OutboxPublisher:
         admin_config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "logger": _kafka_log}
         admin = AdminClient(admin_config)
         futures = admin.create_topics(
-            [NewTopic(name, num_partitions=self.topic_partitions) for name in names]  # the broker's replication,
+            # the broker's default replication factor
+            [NewTopic(name, num_partitions=self.topic_partitions) for name in names],
             request_timeout=self.delivery_timeout_s,
         )
         try:
