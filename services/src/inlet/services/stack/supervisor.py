@@ -147,6 +147,15 @@ class Ports:
         return port
 
 
+def _accepting(pg: EmbeddedPostgres) -> bool:
+    """Healthy: the server accepts connections (not while it starts or recovers from a crash)."""
+    try:
+        psycopg.connect(pg.url(), connect_timeout=2).close()
+    except psycopg.Error:
+        return False
+    return True
+
+
 def _ensure_database(pg: EmbeddedPostgres, name: str) -> None:
     with psycopg.connect(pg.url(), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
@@ -186,6 +195,7 @@ class Stack:
                 "coordinator_store",
                 store,
                 lambda: {"url": store.url(COORDINATOR_DB)},
+                check=lambda: _accepting(store),
                 after_start=lambda: _ensure_database(store, COORDINATOR_DB),
             )
         pg = EmbeddedPostgres(self.config.root / "postgres", port=self.ports.get("postgres"))
@@ -196,7 +206,11 @@ class Stack:
             _ensure_database(pg, COORDINATOR_DB)
 
         return ServerComponent(
-            "postgres", pg, lambda: {"url": pg.url(self.config.database)}, after_start=prepare
+            "postgres",
+            pg,
+            lambda: {"url": pg.url(self.config.database)},
+            check=lambda: _accepting(pg),
+            after_start=prepare,
         )
 
     def _check_source(self) -> source.SourceCheck | None:
