@@ -43,9 +43,9 @@ def _changes(prefix: str, n: int) -> list[InRecord]:
     return list(itertools.islice(itertools.cycle(recs), n))
 
 
-def _health(address: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+def _health(address: str, path: str = "/healthz") -> tuple[int, dict]:  # type: ignore[type-arg]
     try:
-        with urllib.request.urlopen(f"http://{address}/healthz", timeout=10) as r:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
@@ -84,6 +84,9 @@ def test_output_broker_outage_loses_nothing_consumed(kafka_server: EmbeddedKafka
             # the service consumes the new records, cannot deliver them, and commits none of them
             wait_for(lambda: metric_value(scrape(address), "inlet_cdc_events_in_total", topic=topic) == 500)
             wait_for(lambda: _health(address)[0] == 503, timeout_s=30)
+            # not ready, but live: its loop turns, and a restart would not bring the broker back
+            assert _health(address, "/readyz")[0] == 503
+            assert _health(address, "/livez") == (200, {"status": "ok", "polling": True})
             time.sleep(1.0)  # ten commit intervals
             assert committed(kafka_server.bootstrap, config.group, topic)[0] == 200
             assert (metric_value(scrape(address), "inlet_cdc_pending_outputs") or 0) > 0

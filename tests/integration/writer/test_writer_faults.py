@@ -1,8 +1,9 @@
 """Failed writes and commits with an unknown outcome are retried from the table's checkpoint;
-TRUNCATE; the checkpoint, cut and row helpers on their own."""
+TRUNCATE; a hung main loop fails /livez; the checkpoint, cut and row helpers on their own."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,27 @@ def test_toast_unchanged_array_comes_from_the_table(
     assert read_rows(path, cols, ["id"]) == [
         {"id": 1, "name": "b", "note": "n", "amount": 2, "scores": [1, 2, 3]}
     ]
+
+
+def test_a_hung_loop_fails_liveness_and_nothing_else(start_writer: Any) -> None:
+    """/livez is the main loop turning: a call that hangs in it (injected: a real hang cannot be made
+    on demand) fails liveness after --liveness-timeout-s, so the liveness probe restarts the writer;
+    once the loop turns again it is live again."""
+    w = start_writer(liveness_timeout_s=1.0)
+    wait_for(lambda: w.writer.liveness()[0], timeout_s=30, what="the loop to turn")
+    original, entered, gate = w.writer._tick, threading.Event(), threading.Event()
+
+    def hung() -> None:
+        entered.set()
+        gate.wait(30)
+        original()
+
+    w.writer._tick = hung  # type: ignore[method-assign]
+    try:
+        assert entered.wait(10)
+        wait_for(lambda: not w.writer.liveness()[0], timeout_s=10, what="/livez to fail")
+        assert w.writer.liveness()[1]["loop_silent_s"] >= 1.0
+    finally:
+        w.writer._tick = original  # type: ignore[method-assign]
+        gate.set()
+    wait_for(lambda: w.writer.liveness()[0], timeout_s=10, what="live again")

@@ -524,11 +524,11 @@ def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
                 where
             )
             ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
-            if "metrics" in ports:  # an HTTP service: /healthz probes, Prometheus scrape annotations
-                assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", where
-                # the writer is not ready while a bad row keeps a table stopped
-                ready = "/readyz" if doc["metadata"]["name"] == "inlet-writer" else "/healthz"
-                assert c["readinessProbe"]["httpGet"]["path"] == ready, where
+            if "metrics" in ports:  # an HTTP service: split probes, Prometheus scrape annotations
+                # restarted only when its loop stopped turning (/livez), never for a dependency's
+                # outage, which only makes it not ready (/readyz)
+                assert c["livenessProbe"]["httpGet"]["path"] == "/livez", where
+                assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", where
                 ann = doc["spec"]["template"]["metadata"].get("annotations", {})
                 assert ann.get("prometheus.io/scrape") == "true", where
                 assert ann.get("prometheus.io/port") == str(ports["metrics"]), where

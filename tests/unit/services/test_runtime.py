@@ -13,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from inlet.services.runtime import (
+    Liveness,
     Setting,
     SettingsError,
     StopSignal,
@@ -140,5 +141,34 @@ def test_readiness_endpoint_runs_its_own_check() -> None:
         assert err.value.code == 503
         assert json.loads(err.value.read()) == {"status": "not ready", "stopped": dict(stopped)}
         assert urllib.request.urlopen(base + "/healthz").status == 200  # still alive: no restart
+    finally:
+        endpoint.stop()
+
+
+def test_livez_is_the_loop_turning_and_separate_from_readiness() -> None:
+    """``/livez`` fails once the loop stops turning for longer than allowed, whatever ``/readyz``
+    says (a dependency's outage is not a reason to restart); ``/readyz`` has its own check."""
+    now = [100.0]
+    live = Liveness(max_silence_s=30.0, clock=lambda: now[0])
+    registry = CollectorRegistry()
+    endpoint = serve_http(
+        "127.0.0.1:0", registry, lambda: (True, {}), ready=lambda: (False, {"kafka": "down"}), live=live
+    )
+
+    def get(path: str) -> tuple[int, dict[str, object]]:
+        try:
+            with urllib.request.urlopen(f"http://{endpoint.address}{path}", timeout=5) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        assert get("/livez") == (503, {"status": "not live", "loop": "not started"})
+        live.beat()
+        now[0] += 29.0
+        assert get("/livez")[0] == 200 and get("/readyz") == (503, {"status": "not ready", "kafka": "down"})
+        now[0] += 2.0  # 31 s without a turn of the loop: a hung service
+        status, body = get("/livez")
+        assert status == 503 and body["loop_silent_s"] == 31.0
     finally:
         endpoint.stop()

@@ -25,6 +25,7 @@ import os
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -217,11 +218,41 @@ def split_listen(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+class Liveness:
+    """``/livez``: the service's main loop turned within ``max_silence_s`` (:meth:`beat` each turn).
+
+    Liveness is the loop only, never a dependency: a Kafka or coordinator outage makes a service
+    not ready (``/readyz``), and a restart would not cure it; a loop that stopped turning (a hung
+    call, a deadlock) is what a restart cures."""
+
+    def __init__(self, max_silence_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_silence_s = max_silence_s
+        self.clock = clock
+        self.last_beat: float | None = None
+
+    def beat(self) -> None:
+        self.last_beat = self.clock()
+
+    def __call__(self) -> tuple[bool, Mapping[str, Any]]:
+        if self.last_beat is None:
+            return False, {"loop": "not started"}
+        silent = self.clock() - self.last_beat
+        return silent <= self.max_silence_s, {
+            "loop_silent_s": round(silent, 1),
+            "max_silence_s": self.max_silence_s,
+        }
+
+
 def serve_http(
-    listen: str, registry: CollectorRegistry, health: HealthCheck, ready: HealthCheck | None = None
+    listen: str,
+    registry: CollectorRegistry,
+    health: HealthCheck,
+    ready: HealthCheck | None = None,
+    live: HealthCheck | None = None,
 ) -> HttpEndpoint:
-    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` on ``listen`` (``HOST:PORT``; port 0 picks a
-    free one); ``/readyz`` runs ``ready`` (default: ``health``)."""
+    """Serve ``/metrics``, ``/healthz``, ``/readyz`` and ``/livez`` on ``listen`` (``HOST:PORT``;
+    port 0 picks a free one); ``/readyz`` runs ``ready`` and ``/livez`` runs ``live`` (default:
+    ``health``; a Kubernetes liveness probe belongs on ``/livez``, readiness on ``/readyz``)."""
     host, port = split_listen(listen)
 
     def check(fn: HealthCheck, bad: str) -> tuple[bytes, int]:
@@ -240,6 +271,9 @@ def serve_http(
                 ctype = "application/json"
             elif self.path.startswith("/readyz"):
                 body, status = check(ready or health, "not ready")
+                ctype = "application/json"
+            elif self.path.startswith("/livez"):
+                body, status = check(live or health, "not live")
                 ctype = "application/json"
             else:
                 body, status, ctype = b"not found\n", 404, "text/plain"

@@ -252,7 +252,9 @@ class CdcConsumerService:
             c.subscription, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
         self._last_poll = time.monotonic()
-        self._http = serve_http(c.metrics_listen, self.metrics.registry, self.health)
+        self._http = serve_http(
+            c.metrics_listen, self.metrics.registry, self.health, ready=self.health, live=self.liveness
+        )
         log_event(
             log,
             logging.INFO,
@@ -856,12 +858,22 @@ class CdcConsumerService:
                 continue
             self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(max(0, high - tp.offset))
 
-    def health(self) -> tuple[bool, Mapping[str, Any]]:
-        """Healthy while the loop polls the consumer and the producer reaches a broker."""
+    def _polling(self) -> bool:
         now = time.monotonic()
-        polling = self._consumer is not None and now - self._last_poll < max(
+        return self._consumer is not None and now - self._last_poll < max(
             10.0, 3 * self.config.batch_timeout_ms / 1000
         )
+
+    def liveness(self) -> tuple[bool, Mapping[str, Any]]:
+        """Live while the loop polls the consumer, brokers reachable or not (``/livez``): a Kafka
+        outage makes it not ready, and a restart would not cure that."""
+        polling = self._polling()
+        return polling and self._fatal is None, {"polling": polling}
+
+    def health(self) -> tuple[bool, Mapping[str, Any]]:
+        """Healthy (and ready) while the loop polls the consumer and the producer reaches a broker."""
+        now = time.monotonic()
+        polling = self._polling()
         at, producer_ok, detail = self._health_cache
         if now - at > 1.0:
             producer_ok, detail = self._producer_reachable()

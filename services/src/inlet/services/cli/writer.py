@@ -134,6 +134,15 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="MS",
     ),
     Setting(
+        "liveness_timeout_s",
+        "--liveness-timeout-s",
+        "/livez fails once the main loop has not turned for this long (a hung writer: the liveness "
+        "probe restarts it); longer than the slowest batch write",
+        kind="float",
+        default=600.0,
+        metavar="S",
+    ),
+    Setting(
         "retry_backoff_ms",
         "--retry-backoff-ms",
         "first backoff after a failed batch (doubles)",
@@ -371,6 +380,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         retry_backoff_ms=v["retry_backoff_ms"],
         lease_ms=v["lease_ms"],
         lease_wait_ms=v["lease_wait_ms"],
+        liveness_timeout_s=v["liveness_timeout_s"],
         error_retry_s=v["error_retry_s"],
         on_offset_gap=v["on_offset_gap"],
         table_config=v["table_config"],
@@ -394,7 +404,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         writer = Writer(config)
     except TableConfigError as e:
         raise UsageError(str(e)) from None
-    endpoint = serve_http(listen, writer.metrics.registry, writer.health, ready=writer.readiness)
+    endpoint = serve_http(
+        listen, writer.metrics.registry, writer.health, ready=writer.readiness, live=writer.liveness
+    )
     with StopSignal() as stop:
         announce(metrics=endpoint.address, group=config.group, engine=config.engine)
         try:

@@ -61,6 +61,7 @@ from inlet.services.coordinator_client.locks import hold_lease
 from inlet.services.dead_letters import DEFAULT_TOPIC as DEFAULT_DLQ_TOPIC
 from inlet.services.dead_letters import DeadLetterError, DeadLetterSink, Headers, fetch, message_headers
 from inlet.services.logs import log_event
+from inlet.services.runtime import Liveness
 from inlet.services.writer import checkpoint as ckpt
 from inlet.services.writer import tables
 from inlet.services.writer.batcher import Cut, Entry, TableBuffer
@@ -104,6 +105,7 @@ class WriterConfig:
     compaction: bool = True
     lease_ms: int = 30000  # the writer lease of an OCC table (renewed while a batch is written)
     lease_wait_ms: int = 10000  # how long a batch waits for another worker's lease
+    liveness_timeout_s: float = 600.0  # /livez fails once the main loop has not turned for this long
     # a checkpoint outside its partition's available offsets (retention deleted records the table
     # never saw, or the topic was recreated): "fail" stops the table, "earliest" resumes from the
     # earliest available offset with a warning
@@ -164,6 +166,7 @@ class Writer:
         )
         self.tables: dict[str, TableState] = {}
         self.consumer: Consumer | None = None
+        self.liveness = Liveness(config.liveness_timeout_s)  # /livez: the main loop turns
         self._spark: Any = None
         self._last_lag = 0.0
         self.started = False
@@ -304,6 +307,7 @@ class Writer:
         log_event(log, logging.INFO, "writer started", group=self.config.group, engine=self.config.engine)
         try:
             while not stop.is_set():
+                self.liveness.beat()
                 msgs = self.consumer.consume(num_messages=1000, timeout=0.1)
                 for msg in msgs:
                     self._handle(msg)
