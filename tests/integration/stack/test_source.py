@@ -234,3 +234,28 @@ def test_a_stack_directory_keeps_its_source(tmp_path: Path, capsys: pytest.Captu
         assert reason in err and len(err.strip().splitlines()) == 1, err
         assert "pw-" not in err
     assert "db.example:5432/shop" in json.loads((theirs / "config.json").read_text())["source"]
+
+
+def test_status_and_logs_of_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``stack status`` and ``stack logs`` on a directory that holds no stack say so in one line and
+    exit 1; ``stack logs`` lists a stack's processes and prints the tail of one's log."""
+    from inlet.services.cli.main import main
+    from inlet.services.stack.supervisor import StackConfig
+
+    empty = tmp_path / "nothing-here"
+    for argv in (["status", "--dir", str(empty)], ["logs", "--dir", str(empty)]):
+        assert main(["stack", *argv]) == 1
+        err = capsys.readouterr().err
+        assert f"no stack in {empty}" in err and len(err.strip().splitlines()) == 1, err
+
+    stack = tmp_path / "stack"
+    StackConfig(dir=str(stack)).save()
+    (stack / "logs").mkdir()
+    (stack / "logs" / "writer.log").write_text("".join(f"line {i}\n" for i in range(200)))
+    (stack / "logs" / "kafka.log").write_text("up\n")
+    assert main(["stack", "logs", "--dir", str(stack)]) == 0
+    assert capsys.readouterr().out.split() == ["kafka", "writer"]
+    assert main(["stack", "logs", "--dir", str(stack), "writer", "-n", "3"]) == 0
+    assert capsys.readouterr().out == "line 197\nline 198\nline 199\n"
+    assert main(["stack", "logs", "--dir", str(stack), "coordinator"]) == 2
+    assert "the logs are: kafka, writer" in capsys.readouterr().err

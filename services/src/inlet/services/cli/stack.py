@@ -313,8 +313,15 @@ def _source_status(config: StackConfig | None, running: bool) -> dict[str, Any] 
     return out
 
 
+def _existing_stack(directory: Path) -> None:
+    """A one-line error (exit 1) for a directory that holds no stack."""
+    if _read_state(directory) is None and StackConfig.load(directory) is None:
+        raise CliError(f"no stack in {directory} (`inlet stack up --dir {directory}` starts one)")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     directory = _dir(args)
+    _existing_stack(directory)
     state = _read_state(directory)
     running = _supervisor_pid(directory) is not None
     if state is None:
@@ -373,8 +380,29 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.RawDescriptionHelpFormatter(prog, max_help_position=34)
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    """The last ``--lines`` lines of a process's log, or the processes that have one."""
+    directory = _dir(args)
+    _existing_stack(directory)
+    logs = directory / "logs"
+    names = sorted(p.stem for p in logs.glob("*.log")) if logs.is_dir() else []
+    if args.service is None:
+        print("\n".join(names) if names else f"no logs in {logs} yet")
+        return 0
+    path = logs / f"{args.service}.log"
+    if not path.is_file():
+        raise UsageError(f"no log of {args.service!r} in {logs}; the logs are: {', '.join(names) or 'none'}")
+    with path.open("rb") as f:  # the tail without reading a large log whole
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - 256 * 1024))
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    sys.stdout.write("\n".join(lines[-args.lines :]) + "\n" if lines else "")
+    return 0
+
+
 def add_stack_commands(subparsers: Any) -> None:
-    """Add ``stack up|down|status`` (and the internal ``supervise``) to the ``inlet`` command."""
+    """Add ``stack up|down|status|logs`` (and the internal ``supervise``) to the ``inlet`` command."""
     p = subparsers.add_parser(
         "stack",
         help="run the whole replication pipeline locally",
@@ -408,6 +436,15 @@ def add_stack_commands(subparsers: Any) -> None:
     add_arguments(status, (DIR_SETTING,), ENV_PREFIX)
     status.add_argument("--json", action="store_true", help="print the state as one JSON object")
     status.set_defaults(handler=cmd_status)
+    logs = sub.add_parser(
+        "logs",
+        help="the last lines of a process's log (logs/<process>.log); without SERVICE, the processes",
+        formatter_class=_formatter,
+    )
+    add_arguments(logs, (DIR_SETTING,), ENV_PREFIX)
+    logs.add_argument("service", nargs="?", metavar="SERVICE", help="e.g. writer, cdc_consumer, kafka")
+    logs.add_argument("-n", "--lines", type=int, default=50, help="how many lines (default 50)")
+    logs.set_defaults(handler=cmd_logs)
     supervise = sub.add_parser(
         "supervise", help="run the supervisor in the foreground (what up starts in the background)"
     )
