@@ -174,6 +174,7 @@ class CdcConsumerService:
         self._producer: Producer | None = None
         self._admin: AdminClient | None = None
         self._http: HttpEndpoint | None = None
+        self._slots: Any = None  # a SlotMonitor with --database-url
         self._batches: collections.deque[_Batch] = collections.deque()
         self._ends = TransactionEnds(config.transaction_end_wait_ms / 1000.0)
         self._acked: dict[tuple[str, int], int] = {}  # committable next offsets
@@ -263,6 +264,10 @@ class CdcConsumerService:
             subscription=c.subscription,
             metrics=self._http.address,
         )
+        if c.database_url:  # the source's slots: the WAL they hold, as metrics
+            from inlet.services.cdc_consumer.slots import SlotMonitor
+
+            self._slots = SlotMonitor(c.database_url, self.metrics.registry).start()
         self.ready.set()
 
     def _producer_config(self) -> dict[str, Any]:
@@ -310,6 +315,9 @@ class CdcConsumerService:
             if self._http is not None:
                 self._http.stop()
                 self._http = None
+            if self._slots is not None:
+                self._slots.stop()
+                self._slots = None
             log_event(log, logging.INFO, "cdc consumer stopped", clean=clean, committed=len(self._committed))
 
     # ------------------------------------------------------------------ the loop
