@@ -3,6 +3,7 @@ table (and completes under its fencing token); NBCC tables take several writers 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,15 @@ def test_occ_batches_wait_for_the_writer_lease_nbcc_ones_do_not(
     index = "simple" if table_type == "COPY_ON_WRITE" else "bucket"  # MOR + bucket = NBCC
     cfg.write_text(f'[{{"match": "{prefix}.*", "table_type": "{table_type}", "index": "{index}"}}]')
     produce(kafka_bootstrap, src.topic, [src.insert(id=i, name="a", note="x", amount=i) for i in range(3)])
+    started = time.time()
     w = start_writer(table_config=str(cfg), lease_wait_ms=200)
     path = _path(lake, src)
     wait_for(lambda: read_rows(path, COLS, ["id"]) == src.expected(COLS), what="first batch")
+    # when the table last committed (what a stalled-table alert compares with now)
+    last = w.writer.metrics.registry.get_sample_value(
+        "inlet_writer_last_commit_timestamp_seconds", {"table": src.table_id}
+    )
+    assert last is not None and started <= last <= time.time()
 
     client = CoordinatorClient(coordinator.address)
     try:  # another worker holds the table's writer lease

@@ -52,6 +52,13 @@ class WriterMetrics:
             ["table"],
             registry=r,
         )
+        self.last_commit = Gauge(
+            "inlet_writer_last_commit_timestamp_seconds",
+            "When the table's last commit completed (Unix time): with lag above 0 and this old, the "
+            "table is stalled (the freshness gauges move only on commits)",
+            ["table"],
+            registry=r,
+        )
         self.lag = Gauge(
             "inlet_writer_kafka_lag", "High watermark minus position", ["topic", "partition"], registry=r
         )

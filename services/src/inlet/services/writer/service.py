@@ -658,6 +658,7 @@ class Writer:
     def _record_metrics(self, st: TableState, changes: list[Change], elapsed: float) -> None:
         m = self.metrics
         m.commits.labels(st.table_id).inc()
+        m.last_commit.labels(st.table_id).set(time.time())
         m.batch_seconds.labels(st.table_id).observe(elapsed)
         m.batch_records.labels(st.table_id).observe(len(changes))
         ops: dict[str, int] = {}
