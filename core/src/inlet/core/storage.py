@@ -1,14 +1,22 @@
-"""One storage abstraction over ``pyarrow.fs``: local disk now, S3-compatible stores later.
+"""One storage abstraction over ``pyarrow.fs``: local disk and S3-compatible object stores.
 
 Format code never touches ``os`` or ``open`` directly; it goes through :class:`Storage`, whose
 paths are relative to the table's base path.
+
+``s3://bucket/prefix`` (also ``s3a://``) reaches an S3-compatible store with the options of
+:class:`~inlet.core.s3.S3Options` (default: the AWS environment). On an object store there is no
+rename and no directory: :meth:`Storage.write_atomic` is one PUT (a PUT is atomic: readers see the
+old object or the whole new one), :meth:`Storage.mkdirs` does nothing, and every request is counted
+(:attr:`Storage.requests`, shared by all storages of one bucket in this process).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import posixpath
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +26,23 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from inlet.core.errors import InletError
+from inlet.core.s3 import ConditionalS3, S3Options, is_s3_uri, split_s3_uri
+from inlet.core.storage_requests import RequestCounts, counting
+
+_counts_guard = threading.Lock()
+_counts: dict[tuple[str, str], RequestCounts] = {}
+
+
+def request_counts(options: S3Options, bucket: str) -> RequestCounts:
+    """The process-wide request counter of one bucket on one store."""
+    key = (options.endpoint or "aws", bucket)
+    with _counts_guard:
+        return _counts.setdefault(key, RequestCounts())
+
+
+@functools.lru_cache(maxsize=32)
+def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
+    return counting(options.filesystem(), request_counts(options, bucket))
 
 
 @dataclass(frozen=True)
@@ -30,8 +55,19 @@ class FileInfo:
 class Storage:
     """Files of one table, addressed by paths relative to the table's base path."""
 
-    def __init__(self, base_uri: str, filesystem: pafs.FileSystem | None = None) -> None:
-        if filesystem is None:
+    def __init__(
+        self, base_uri: str, filesystem: pafs.FileSystem | None = None, s3: S3Options | None = None
+    ) -> None:
+        self.s3: S3Options | None = None
+        self.requests: RequestCounts | None = None
+        if filesystem is None and is_s3_uri(base_uri):
+            self.s3 = s3 or S3Options.from_env()
+            bucket, key = split_s3_uri(base_uri)
+            self.bucket = bucket
+            filesystem = _s3_filesystem(self.s3, bucket)
+            self.requests = request_counts(self.s3, bucket)
+            root = f"{bucket}/{key}" if key else bucket
+        elif filesystem is None:
             if "://" not in base_uri:
                 base_uri = os.path.abspath(base_uri)
             filesystem, root = pafs.FileSystem.from_uri(base_uri)
@@ -44,6 +80,21 @@ class Storage:
     @property
     def is_local(self) -> bool:
         return isinstance(self.fs, pafs.LocalFileSystem)
+
+    @property
+    def is_object_store(self) -> bool:
+        """No rename, no directories, no locks: an S3-compatible store."""
+        return self.s3 is not None
+
+    def conditional(self) -> ConditionalS3:
+        """Conditional requests (``If-None-Match``/``If-Match``) on this table's bucket (S3 only)."""
+        if self.s3 is None:
+            raise InletError(f"{self.base_uri} is not on an object store")
+        return ConditionalS3(self.s3, self.bucket)
+
+    def object_key(self, rel: str) -> str:
+        """The S3 key of a table file (S3 only)."""
+        return self.full(rel).split("/", 1)[1]
 
     def full(self, rel: str) -> str:
         return posixpath.join(self.root, rel) if rel else self.root
@@ -64,7 +115,12 @@ class Storage:
             f.write(data)
 
     def write_atomic(self, rel: str, data: bytes) -> None:
-        """Write so readers see either no file or the whole file (temp file + rename)."""
+        """Write so readers see either no file or the whole file (temp file + rename; on an
+        object store one PUT, which is atomic)."""
+        if self.is_object_store:
+            with self.fs.open_output_stream(self.full(rel)) as f:
+                f.write(data)
+            return
         parent = posixpath.dirname(rel)
         self.mkdirs(parent)
         tmp = posixpath.join(parent, f".{posixpath.basename(rel)}.{uuid.uuid4().hex}.tmp")
@@ -73,7 +129,7 @@ class Storage:
         self.fs.move(self.full(tmp), self.full(rel))
 
     def mkdirs(self, rel: str) -> None:
-        if rel:
+        if rel and not self.is_object_store:  # object stores have no directories to make
             self.fs.create_dir(self.full(rel), recursive=True)
 
     def delete(self, rel: str, missing_ok: bool = True) -> None:
