@@ -39,3 +39,9 @@ def s3_lake(s3_options: S3Options, monkeypatch: pytest.MonkeyPatch) -> str:
     for name, value in s3_options.to_env().items():
         monkeypatch.setenv(name, value)
     return f"s3://{BUCKET}/t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def lake(s3_lake: str) -> str:
+    """The lake root of the ``coordinator`` fixture (tests/integration/conftest.py): on S3 here."""
+    return s3_lake

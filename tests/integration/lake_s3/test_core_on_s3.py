@@ -208,3 +208,22 @@ def test_explicit_options_win_over_the_environment(
     assert storage.read_bytes("x") == b"1"
     assert S3Options.from_env(endpoint="http://h:1").endpoint == "http://h:1"
     assert S3Options.from_env().endpoint == "http://127.0.0.1:9"
+
+
+def test_cli_takes_s3_paths_with_the_endpoint_as_a_flag(
+    s3_server: EmbeddedS3, s3_lake: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any, capsys: Any
+) -> None:
+    from inlet.services.cli.main import main
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")  # only the credentials stay in the environment
+    flag = ["--s3-endpoint", s3_server.endpoint]
+    create = ["table", "create", s3_lake, "--name", "t", "--record-key", "id", "--ordering-field", "ts"]
+    assert main([*create, *flag]) == 0
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"id": 1, "ts": 1, "name": "a"}\n{"id": 2, "ts": 1, "name": "b"}\n')
+    assert main(["write", s3_lake, "--op", "upsert", "--input", str(data), *flag]) == 0
+    capsys.readouterr()
+    assert main(["read", s3_lake, "--no-meta", *flag]) == 0
+    assert sorted(json.loads(line)["name"] for line in capsys.readouterr().out.splitlines()) == ["a", "b"]
+    assert main(["read", s3_lake, "--s3-endpoint", "127.0.0.1:1"]) == 1
+    assert "S3 endpoint must be an http(s) URL" in capsys.readouterr().err
