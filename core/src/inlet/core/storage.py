@@ -145,16 +145,21 @@ class Storage:
 
     def list_files(self, rel: str, recursive: bool = False) -> list[FileInfo]:
         """Files (not directories) below ``rel``; empty if it does not exist."""
+        return self.list_entries(rel, recursive)[0]
+
+    def list_entries(self, rel: str, recursive: bool = False) -> tuple[list[FileInfo], list[str]]:
+        """Files and directories below ``rel`` (one listing); empty if it does not exist."""
         sel = pafs.FileSelector(self.full(rel), allow_not_found=True, recursive=recursive)
-        out = []
+        files, dirs = [], []
         prefix = self.root.rstrip("/") + "/"
         for info in self.fs.get_file_info(sel):
-            if info.type != pafs.FileType.File:
-                continue
             path = info.path[len(prefix) :] if info.path.startswith(prefix) else info.path
-            mtime = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else None
-            out.append(FileInfo(path, info.size or 0, mtime))
-        return out
+            if info.type == pafs.FileType.Directory:
+                dirs.append(path)
+            elif info.type == pafs.FileType.File:
+                mtime = info.mtime_ns // 1_000_000 if info.mtime_ns is not None else None
+                files.append(FileInfo(path, info.size or 0, mtime))
+        return files, dirs
 
     def walk_files(self, rel: str) -> Iterator[FileInfo]:
         yield from self.list_files(rel, recursive=True)

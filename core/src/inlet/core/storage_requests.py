@@ -1,7 +1,7 @@
 """Counting the requests a table makes to an object store.
 
 :class:`CountingFileSystem` wraps a pyarrow filesystem and counts each call by the S3 request it
-costs: a file's information is a ``HEAD``, a directory listing a ``LIST``, opening a file to read a
+costs: a file's information is a ``HEAD``, a directory listing a ``LIST`` per 1,000 entries, opening a file to read a
 ``GET`` (Parquet footers and column chunks may take a few ranged GETs more: pyarrow does not report
 them), a written file a ``PUT``, a deleted file a ``DELETE``. :class:`RequestCounts` is cheap
 (a lock and a dict) and shared by every :class:`~inlet.core.storage.Storage` of one store.
@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 KINDS = ("LIST", "HEAD", "GET", "PUT", "DELETE", "COPY")
+LIST_PAGE = 1000
 
 
 class RequestCounts:
@@ -67,8 +68,9 @@ class CountingHandler(pafs.FileSystemHandler):  # type: ignore[misc]
         return list(self.inner.get_file_info(paths))
 
     def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
-        self.counts.add("LIST")
-        return list(self.inner.get_file_info(selector))
+        infos = list(self.inner.get_file_info(selector))
+        self.counts.add("LIST", max(1, -(-len(infos) // LIST_PAGE)))  # S3 returns 1,000 keys a page
+        return infos
 
     def create_dir(self, path: str, recursive: bool) -> None:
         self.counts.add("PUT")

@@ -193,7 +193,8 @@ def rollback_failed_writes(table: TableHandle, force: bool = False) -> list[str]
         finish_rollback(table, rb, plan)
         done.append(target)
     rolled = set(done) | busy
-    for inst in table.load_timeline().pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
+    current = table.load_timeline() if done else tl  # listed again only if a rollback finished
+    for inst in current.pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
         if inst.time in rolled:
             continue
         started = table.load_timeline().last_written_ms(inst.time)
