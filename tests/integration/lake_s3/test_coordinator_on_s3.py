@@ -4,6 +4,7 @@ the coordinator writing the timeline with single PUTs, and no table lock needed 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -92,3 +93,31 @@ def test_concurrent_writers_through_the_coordinator_on_s3(
     got = hudi_rs.read(path, "2", storage_options=s3_options.hudi_rs_options())
     assert got is not None
     assert sorted(zip(*got.select(["id", "name"]).to_pydict().values(), strict=True)) == expected
+
+
+def test_a_coordinator_writer_rolls_back_on_a_store_without_conditional_writes(
+    coordinator: RunningServer,
+    s3_lake: str,
+    s3_options: S3Options,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rollback takes the table lock; through the coordinator it needs no lock object on the store."""
+    monkeypatch.setitem(ConditionalS3._probed, (s3_options.endpoint, "lake"), False)
+    path = f"{s3_lake}/sales/orders"
+    HudiTable.create(path, name="orders", record_key="id", ordering_field="ts")
+    with CoordinatorClient(coordinator.address, timeout_s=30, retries=3) as client:
+        client.register_table("sales.orders", path, heartbeat_timeout_ms=1000)
+        failed = client.begin_instant("sales.orders", "commit").instant.instant_time
+        protocol = GrpcCommitProtocol(client, "sales.orders", Storage(path), writer_id="w")
+        try:
+            table = HudiTable.open(path, commit_protocol=protocol)
+            deadline = time.monotonic() + 30  # until the coordinator takes its writer for dead
+            while not (rolled := table.rollback_failed_writes(force=True)) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert rolled == [failed]
+            table.write(_batch([1], "a"), "upsert")
+        finally:
+            protocol.close()
+    timeline = HudiTable.open(path).load_timeline()
+    assert not timeline.pending()
+    assert [i.action for i in timeline.completed()] == ["rollback", "commit"]

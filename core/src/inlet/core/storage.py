@@ -60,6 +60,8 @@ class Storage:
     ) -> None:
         self.s3: S3Options | None = None
         self.requests: RequestCounts | None = None
+        #: its commits go through the coordinator (see CommitProtocol.serialises_commits)
+        self.coordinated = False
         if filesystem is None and is_s3_uri(base_uri):
             self.s3 = s3 or S3Options.from_env()
             bucket, key = split_s3_uri(base_uri)

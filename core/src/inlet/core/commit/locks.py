@@ -7,7 +7,8 @@ A re-entrant thread lock per table in this process, plus a lock shared with othe
   deleted with ``If-Match: <its etag>``, holding its owner and a lease; a lock whose lease expired
   (its holder died) is taken over with ``If-Match``, so two writers on any machines never both
   hold it. A store that ignores conditional headers cannot lock: writers on it are refused, and
-  must commit through the gRPC coordinator (``inlet coordinator``), which serialises commits itself;
+  must commit through the gRPC coordinator (``inlet coordinator``), which serialises commits itself
+  (a table whose commit protocol is the coordinator's then takes only the thread lock);
 - other non-local filesystems: a lock file in the machine's temp directory keyed by the table URI
   (one machine only).
 """
@@ -122,6 +123,9 @@ def _object_lock(storage: Storage) -> Iterator[None]:
     try:
         check_object_store_locking(storage)
     except InletError as e:
+        if storage.coordinated:  # the coordinator serialises the commits; this process's threads are
+            yield  # excluded by the thread lock
+            return
         if isinstance(e, UnsupportedError):
             raise
         raise UnsupportedError(f"cannot lock {storage.base_uri} without the coordinator: {e}") from e
