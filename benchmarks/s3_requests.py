@@ -7,9 +7,9 @@ One table per store (``--table-type``, non-partitioned, 4 rows upserted per comm
 protocol: its lock is an S3 object) takes ``--commits`` commits in a row; with ``--services-every N``
 compaction (MOR), clean and archive run every N commits, as the table services would. For each checkpoint in
 ``--at`` (default 10,100) the row shows the requests and wall time of the commits just before it
-(``--window`` commits, averaged): requests by kind as counted by the storage layer (a file opened
-for reading is one GET, although pyarrow may read a large Parquet file in a few ranges) plus the
-conditional requests of the table lock. Prints a table, then one JSON object.
+(``--window`` commits, averaged): requests by kind as counted by the storage layer, the table lock's
+conditional PUT and DELETE included (a LIST per 1,000 entries; a file opened for reading is one GET,
+although pyarrow may read a large Parquet file in a few ranges). Prints a table, then one JSON object.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from inlet.core import HudiTable
-from inlet.core.s3 import ConditionalS3, S3Options
+from inlet.core.s3 import S3Options
 from inlet.core.storage_requests import KINDS, RequestCounts
 from inlet.services.stack.s3 import EmbeddedS3
 
@@ -39,38 +39,25 @@ def _run(
 ) -> dict[int, dict[str, Any]]:
     table = HudiTable.create(uri, name="bench", record_key="id", ordering_field="ts", table_type=table_type)
     counts = table.storage.requests
-    conditional: list[int] = [0]
-    original = ConditionalS3._request
-
-    def counted(self: ConditionalS3, *args: Any, **kwargs: Any) -> Any:
-        conditional[0] += 1
-        return original(self, *args, **kwargs)
-
-    ConditionalS3._request = counted  # type: ignore[method-assign]
     out: dict[int, dict[str, Any]] = {}
-    try:
-        marks: dict[int, tuple[dict[str, int], int, float]] = {}
-        for i in range(1, commits + 1):
-            if i in {a - window + 1 for a in at}:
-                marks[i] = (counts.snapshot() if counts else {}, conditional[0], time.perf_counter())
-            table.write(_batch(i), operation="upsert")
-            if i in at:
-                before, cond_before, t0 = marks[i - window + 1]
-                elapsed = time.perf_counter() - t0
-                row: dict[str, Any] = {"wall_ms": 1000 * elapsed / window}
-                if counts is not None:
-                    diff = RequestCounts.diff(counts.snapshot(), before)
-                    row.update({k: diff[k] / window for k in KINDS})
-                    row["LOCK"] = (conditional[0] - cond_before) / window
-                    row["total"] = sum(diff.values()) / window + row["LOCK"]
-                out[i] = row
-            if services_every and i % services_every == 0:  # as table services would, between windows
-                if table_type == "MERGE_ON_READ":
-                    table.compact({"hoodie.compact.inline.max.delta.commits": "5"})
-                table.clean({"hoodie.clean.commits.retained": "10"})
-                table.archive()
-    finally:
-        ConditionalS3._request = original  # type: ignore[method-assign]
+    marks: dict[int, tuple[dict[str, int], float]] = {}
+    for i in range(1, commits + 1):
+        if i in {a - window + 1 for a in at}:
+            marks[i] = (counts.snapshot() if counts else {}, time.perf_counter())
+        table.write(_batch(i), operation="upsert")
+        if i in at:
+            before, t0 = marks[i - window + 1]
+            row: dict[str, Any] = {"wall_ms": 1000 * (time.perf_counter() - t0) / window}
+            if counts is not None:
+                diff = RequestCounts.diff(counts.snapshot(), before)
+                row.update({k: diff[k] / window for k in KINDS})
+                row["total"] = sum(diff.values()) / window
+            out[i] = row
+        if services_every and i % services_every == 0:  # as table services would, between windows
+            if table_type == "MERGE_ON_READ":
+                table.compact({"hoodie.compact.inline.max.delta.commits": "5"})
+            table.clean({"hoodie.clean.commits.retained": "10"})
+            table.archive()
     return out
 
 
@@ -98,7 +85,7 @@ def main() -> None:
         run_args = (args.table_type, args.commits, at, args.window, args.services_every)
         s3_rows = _run("s3://lake/bench", *run_args)
         local_rows = _run(f"{tmp}/bench", *run_args)
-    kinds = [*KINDS, "LOCK"]
+    kinds = list(KINDS)
     header = (
         f"{'commits':>8} | "
         + " ".join(f"{k:>6}" for k in kinds)

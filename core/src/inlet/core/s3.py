@@ -30,6 +30,7 @@ import pyarrow.fs as pafs
 
 from inlet.core.config import ConfigKey, parse_bool
 from inlet.core.errors import InvalidConfigError
+from inlet.core.storage_requests import RequestCounts
 
 #: URI schemes read as S3 (``s3a://`` is what Hadoop and Apache Hudi's catalogs register).
 S3_SCHEMES = ("s3://", "s3a://", "s3n://")
@@ -183,14 +184,15 @@ class Response:
 class ConditionalS3:
     """Signed ``PUT``/``GET``/``DELETE`` with ``If-None-Match``/``If-Match`` on one bucket.
 
-    Only for the few small objects whose writes must be conditional (the table lock); everything
-    else goes through pyarrow. Needs the credentials in the options (not a profile or instance role).
+    Only for the few small objects whose writes must be conditional (the table lock), and for deletes
+    (pyarrow's also checks the object first and recreates its parent "directory" as an empty object);
+    everything else goes through pyarrow. Needs the credentials in the options (not a profile or instance role).
     """
 
     _probed: dict[tuple[str, str], bool] = {}
     _probe_guard = threading.Lock()
 
-    def __init__(self, options: S3Options, bucket: str) -> None:
+    def __init__(self, options: S3Options, bucket: str, counts: RequestCounts | None = None) -> None:
         if not (options.access_key and options.secret_key):
             raise InvalidConfigError(
                 "conditional S3 writes need the credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
@@ -206,7 +208,7 @@ class ConditionalS3:
             host = f"{bucket}.{host}"
         self._host = host
         self._prefix = f"/{bucket}" if options.uses_path_style else ""
-        self.requests = 0
+        self.counts = counts
 
     def _request(self, method: str, key: str, body: bytes = b"", headers: Mapping[str, str] = {}) -> Response:
         path = self._prefix + "/" + urllib.parse.quote(key, safe="/-_.~")
@@ -241,7 +243,8 @@ class ConditionalS3:
             conn.request(method, path, body=body if method == "PUT" else None, headers=h)
             resp = conn.getresponse()
             data = resp.read()
-            self.requests += 1
+            if self.counts is not None:
+                self.counts.add(method)
             return Response(resp.status, data, resp.getheader("ETag"))
         finally:
             conn.close()
@@ -265,6 +268,10 @@ class ConditionalS3:
     def get(self, key: str) -> Response | None:
         resp = self._check(self._request("GET", key), "GET", (200, 404))
         return resp if resp.status == 200 else None
+
+    def delete(self, key: str) -> None:
+        """Delete ``key`` (fine if it does not exist): one request."""
+        self._check(self._request("DELETE", key), "DELETE", (204, 200, 404))
 
     def delete_if_match(self, key: str, etag: str) -> bool:
         resp = self._check(

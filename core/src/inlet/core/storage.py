@@ -92,7 +92,7 @@ class Storage:
         """Conditional requests (``If-None-Match``/``If-Match``) on this table's bucket (S3 only)."""
         if self.s3 is None:
             raise InletError(f"{self.base_uri} is not on an object store")
-        return ConditionalS3(self.s3, self.bucket)
+        return ConditionalS3(self.s3, self.bucket, self.requests)
 
     def object_key(self, rel: str) -> str:
         """The S3 key of a table file (S3 only)."""
@@ -135,6 +135,9 @@ class Storage:
             self.fs.create_dir(self.full(rel), recursive=True)
 
     def delete(self, rel: str, missing_ok: bool = True) -> None:
+        if self.s3 is not None and self.s3.access_key and missing_ok:
+            self.conditional().delete(self.object_key(rel))  # one request, no directory object
+            return
         try:
             self.fs.delete_file(self.full(rel))
         except FileNotFoundError:
