@@ -227,3 +227,24 @@ def test_cli_takes_s3_paths_with_the_endpoint_as_a_flag(
     assert sorted(json.loads(line)["name"] for line in capsys.readouterr().out.splitlines()) == ["a", "b"]
     assert main(["read", s3_lake, "--s3-endpoint", "127.0.0.1:1"]) == 1
     assert "S3 endpoint must be an http(s) URL" in capsys.readouterr().err
+
+
+def test_services_expose_the_object_store_requests_as_a_metric(s3_lake: str) -> None:
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from inlet.services.runtime import serve_http
+
+    storage = Storage(s3_lake)
+    storage.write_atomic("x", b"1")
+    storage.read_bytes("x")
+    assert storage.requests is not None
+    gets = storage.requests.snapshot()["GET"]
+    endpoint = serve_http("127.0.0.1:0", CollectorRegistry(), lambda: (True, {}))
+    try:
+        with urllib.request.urlopen(f"http://{endpoint.address}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+    finally:
+        endpoint.stop()
+    assert f'inlet_object_store_requests_total{{bucket="lake",kind="GET"}} {float(gets)}' in text, text

@@ -40,6 +40,12 @@ def request_counts(options: S3Options, bucket: str) -> RequestCounts:
         return _counts.setdefault(key, RequestCounts())
 
 
+def all_request_counts() -> dict[tuple[str, str], RequestCounts]:
+    """Every bucket's request counter in this process, by (endpoint or ``aws``, bucket)."""
+    with _counts_guard:
+        return dict(_counts)
+
+
 @functools.lru_cache(maxsize=32)
 def _s3_filesystem(options: S3Options, bucket: str) -> pafs.FileSystem:
     return counting(options.filesystem(), request_counts(options, bucket))
