@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -67,11 +68,6 @@ def test_write_read_update_delete_and_table_services_on_s3(
     assert not [o for o in objects if o.endswith(".tmp") or o.endswith("/")], objects
     assert not [o for o in objects if o.startswith(".hoodie/.aux/inlet.lock")]  # the lock was released
 
-    # a failed write (its writer died: instant left inflight) is rolled back by the next write
-    code = run_python(_WRITE, s3_lake, "5", "c", crash_at=faults.BEFORE_COMPLETE)
-    assert code == faults.CRASH_EXIT_CODE
-    assert _data(HudiTable.open(s3_lake)) == expected
-
     if table_type == "MERGE_ON_READ":
         assert t.compact({"hoodie.compact.inline.max.delta.commits": "1"}) is not None
         assert any(i.action == "commit" for i in t.load_timeline().completed())
@@ -94,33 +90,48 @@ HudiTable.open(sys.argv[1]).write(rows, operation="upsert")
 """
 
 
-@pytest.mark.parametrize(
-    "point", [faults.AFTER_REQUESTED, faults.AFTER_INFLIGHT, faults.AFTER_DATA_FILES, faults.BEFORE_COMPLETE]
+CRASH_POINTS = (
+    faults.AFTER_REQUESTED,
+    faults.AFTER_INFLIGHT,
+    faults.AFTER_DATA_FILES,
+    faults.BEFORE_COMPLETE,
 )
-def test_crash_at_each_write_step_leaves_the_table_readable_and_is_rolled_back(
-    s3_lake: str, point: str
-) -> None:
-    t = HudiTable.create(
-        s3_lake,
-        name="trips",
-        record_key="id",
-        partition_by="city",
-        ordering_field="ts",
-        table_type="MERGE_ON_READ",
-    )
-    t.write(trips([1, 2], ["sf", "nyc"], 1, "a"), operation="insert")
-    assert run_python(_WRITE, s3_lake, "1", "lost", crash_at=point) == faults.CRASH_EXIT_CODE
-    before = [{"id": 1, "city": "sf", "name": "a-1"}, {"id": 2, "city": "nyc", "name": "a-2"}]
-    assert _data(HudiTable.open(s3_lake)) == before
-    assert HudiTable.open(s3_lake).load_timeline().pending(), "the crashed write left no pending instant"
 
-    # the next write (another process, like a restarted writer) rolls the failed one back
-    assert run_python(_WRITE, s3_lake, "3", "next") == 0
-    after = HudiTable.open(s3_lake)
-    assert _data(after) == [*before, {"id": 3, "city": "sf", "name": "next-3"}]
-    timeline = after.load_timeline()
-    assert not timeline.pending()
-    assert any(i.action == "rollback" for i in timeline.completed())
+
+def test_crash_at_each_write_step_leaves_the_table_readable_and_is_rolled_back(s3_lake: str) -> None:
+    """One table per crash point; the writers that die run at the same time (seconds each)."""
+    paths = {point: f"{s3_lake}/{point}" for point in CRASH_POINTS}
+    for path in paths.values():
+        t = HudiTable.create(
+            path,
+            name="trips",
+            record_key="id",
+            partition_by="city",
+            ordering_field="ts",
+            table_type="MERGE_ON_READ",
+        )
+        t.write(trips([1, 2], ["sf", "nyc"], 1, "a"), operation="insert")
+    with ThreadPoolExecutor(len(paths)) as pool:
+        codes = dict(
+            zip(
+                paths,
+                pool.map(lambda p: run_python(_WRITE, paths[p], "1", "lost", crash_at=p), paths),
+                strict=True,
+            )
+        )
+    assert codes == dict.fromkeys(paths, faults.CRASH_EXIT_CODE)
+    before = [{"id": 1, "city": "sf", "name": "a-1"}, {"id": 2, "city": "nyc", "name": "a-2"}]
+    for point, path in paths.items():
+        assert _data(HudiTable.open(path)) == before, point
+        assert HudiTable.open(path).load_timeline().pending(), f"{point}: no pending instant left"
+
+        # the next write (here: this process; the crashed one is gone) rolls the failed one back
+        HudiTable.open(path).write(trips([3], ["sf"], 9, "next"), operation="upsert")
+        after = HudiTable.open(path)
+        assert _data(after) == [*before, {"id": 3, "city": "sf", "name": "next-3"}], point
+        timeline = after.load_timeline()
+        assert not timeline.pending(), point
+        assert any(i.action == "rollback" for i in timeline.completed()), point
 
 
 def test_hudi_rs_reads_an_s3_table_with_storage_options(s3_options: S3Options, s3_lake: str) -> None:
@@ -178,7 +189,7 @@ def test_writers_on_different_machines_share_the_tables_lock_object(
         "expires_ms": int(time.time() * 1000) + 600_000,
     }
     t.storage.write_atomic(LOCK_PATH, json.dumps(dead).encode())
-    assert run_python(_LOCKED_WRITE, s3_lake) == 0
+    t.write(trips([7], ["sf"], 9, "w"), operation="upsert")  # within the 1 s wait
     assert [r["id"] for r in rows(HudiTable.open(s3_lake).read())] == [7]
 
 
