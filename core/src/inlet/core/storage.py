@@ -19,7 +19,7 @@ import posixpath
 import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -38,6 +38,17 @@ def request_counts(options: S3Options, bucket: str) -> RequestCounts:
     key = (options.endpoint or "aws", bucket)
     with _counts_guard:
         return _counts.setdefault(key, RequestCounts())
+
+
+@functools.lru_cache(maxsize=64)
+def _with_region(options: S3Options, bucket: str) -> S3Options:
+    """On AWS without a configured region, the bucket's own (as pyarrow's ``from_uri`` finds it)."""
+    if options.region is not None or options.endpoint is not None:
+        return options
+    try:
+        return replace(options, region=pafs.resolve_s3_region(bucket))
+    except OSError:
+        return options
 
 
 def all_request_counts() -> dict[tuple[str, str], RequestCounts]:
@@ -69,8 +80,8 @@ class Storage:
         #: its commits go through the coordinator (see CommitProtocol.serialises_commits)
         self.coordinated = False
         if filesystem is None and is_s3_uri(base_uri):
-            self.s3 = s3 or S3Options.from_env()
             bucket, key = split_s3_uri(base_uri)
+            self.s3 = _with_region(s3 or S3Options.from_env(), bucket)
             self.bucket = bucket
             filesystem = _s3_filesystem(self.s3, bucket)
             self.requests = request_counts(self.s3, bucket)
