@@ -41,7 +41,7 @@ CORE = ROOT / "core/src"
 # inlet.core's layers, lowest first: a module may import its own layer and those below
 CORE_LAYERS = (
     ("errors", "faults"),
-    ("config", "storage", "avro", "schema", "keys"),
+    ("config", "s3", "storage_requests", "storage", "avro", "schema", "keys"),
     ("timeline",),
     ("table.properties", "table.meta"),
     ("log",),

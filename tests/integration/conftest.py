@@ -1,7 +1,9 @@
 """Fixtures shared by the integration tests: ``lake`` (a directory under tmp_path), ``coordinator`` (a real
 coordinator on the test's database, insecure, loopback, tables under ``lake``; directories override it
 where they need another), ``slot`` (an initial load's replication slot name, dropped afterwards) and
-``events_coordinator`` for services that follow commit events."""
+``events_coordinator`` for services that follow commit events. ``s3_server`` is a real SeaweedFS S3
+server per module with a bucket ``lake``; ``s3_lake`` a fresh ``s3://lake/<prefix>`` per test, reached
+through the AWS environment variables (set for the test), ``s3_options`` the same explicitly."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from inlet.core.s3 import S3Options
 from inlet.services.coordinator.config import CoordinatorConfig
 from inlet.services.coordinator.server import RunningServer, serve
+from inlet.services.stack.s3 import EmbeddedS3
 
 
 @pytest.fixture
@@ -72,3 +76,33 @@ def slot(pg_url: str) -> Iterator[str]:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone():
             conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
+
+
+S3_BUCKET = "lake"
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[EmbeddedS3]:
+    with EmbeddedS3() as server:
+        server.create_bucket(S3_BUCKET)
+        yield server
+
+
+@pytest.fixture
+def s3_options(s3_server: EmbeddedS3) -> S3Options:
+    return S3Options(
+        endpoint=s3_server.endpoint,
+        region=s3_server.region,
+        access_key=s3_server.access_key,
+        secret_key=s3_server.secret_key,
+    )
+
+
+@pytest.fixture
+def s3_lake(s3_options: S3Options, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``s3://lake/<unique>``, reachable through the AWS environment variables of this test."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_options.to_env().items():
+        monkeypatch.setenv(name, value)
+    return f"s3://{S3_BUCKET}/t{uuid.uuid4().hex[:10]}"

@@ -33,7 +33,11 @@ from types import FrameType
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from inlet.core.storage import all_request_counts
 
 
 class SettingsError(ValueError):
@@ -243,6 +247,21 @@ class Liveness:
         }
 
 
+class ObjectStoreRequests(Collector):
+    """``inlet_object_store_requests_total{bucket, kind}``: this process's requests to S3 buckets."""
+
+    def collect(self) -> Any:
+        family = CounterMetricFamily(
+            "inlet_object_store_requests",
+            "requests to S3-compatible stores by this process (LIST, HEAD, GET, PUT, DELETE, COPY)",
+            labels=["bucket", "kind"],
+        )
+        for (_, bucket), counts in sorted(all_request_counts().items()):
+            for kind, n in counts.snapshot().items():
+                family.add_metric([bucket, kind], n)
+        yield family
+
+
 def serve_http(
     listen: str,
     registry: CollectorRegistry,
@@ -250,10 +269,13 @@ def serve_http(
     ready: HealthCheck | None = None,
     live: HealthCheck | None = None,
 ) -> HttpEndpoint:
-    """Serve ``/metrics``, ``/healthz``, ``/readyz`` and ``/livez`` on ``listen`` (``HOST:PORT``;
+    """Serve ``/metrics`` (with :class:`ObjectStoreRequests`), ``/healthz``, ``/readyz`` and ``/livez`` on ``listen`` (``HOST:PORT``;
     port 0 picks a free one); ``/readyz`` runs ``ready`` and ``/livez`` runs ``live`` (default:
     ``health``; a Kubernetes liveness probe belongs on ``/livez``, readiness on ``/readyz``)."""
     host, port = split_listen(listen)
+    if not getattr(registry, "inlet_object_store_requests", False):  # once per registry
+        registry.register(ObjectStoreRequests())
+        registry.inlet_object_store_requests = True  # type: ignore[attr-defined]
 
     def check(fn: HealthCheck, bad: str) -> tuple[bytes, int]:
         try:

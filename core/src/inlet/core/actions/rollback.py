@@ -31,6 +31,7 @@ from inlet.core.commit.locks import table_lock
 from inlet.core.errors import InletError
 from inlet.core.file_group.view import BaseFile, LogFile, list_data_files
 from inlet.core.table.handle import TableHandle
+from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, State
 
 log = logging.getLogger(__name__)
@@ -170,11 +171,13 @@ def rollback(table: TableHandle, instant: Instant) -> str:
     return rb.time
 
 
-def rollback_failed_writes(table: TableHandle, force: bool = False) -> list[str]:
+def rollback_failed_writes(
+    table: TableHandle, force: bool = False, timeline: Timeline | None = None
+) -> list[str]:
     """Finish interrupted rollbacks whose owner is gone, then roll back pending writes whose
-    writer is gone (all of them with ``force``)."""
+    writer is gone (all of them with ``force``); ``timeline``: a listing the caller just made."""
     done, busy = [], set()
-    tl = table.load_timeline()
+    tl = timeline or table.load_timeline()
     for rb in tl.pending([Action.ROLLBACK]):
         plan = read_plan(table, rb)
         target = plan["instantToRollback"]["commitTime"]
@@ -193,7 +196,8 @@ def rollback_failed_writes(table: TableHandle, force: bool = False) -> list[str]
         finish_rollback(table, rb, plan)
         done.append(target)
     rolled = set(done) | busy
-    for inst in table.load_timeline().pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
+    current = table.load_timeline() if done else tl  # listed again only if a rollback finished
+    for inst in current.pending([Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT]):
         if inst.time in rolled:
             continue
         started = table.load_timeline().last_written_ms(inst.time)

@@ -1,26 +1,53 @@
 """Table locks for the in-process (single-writer / local multi-process) commit protocol.
 
-A re-entrant thread lock per table in this process, plus an ``fcntl`` lock file so several
-processes on one machine serialise on the same table. Tables on non-local storage get a lock
-file in the machine's temp directory keyed by the table URI (one machine only; several
-machines need the gRPC coordinator).
+A re-entrant thread lock per table in this process, plus a lock shared with other processes:
+
+- local disk: an ``fcntl`` lock on ``.hoodie/.aux/inlet.lock`` (processes on one machine);
+- an object store: the object ``.hoodie/.aux/inlet.lock``, created with ``If-None-Match: *`` and
+  deleted with ``If-Match: <its etag>``, holding its owner and a lease; a lock whose lease expired
+  (its holder died) is taken over with ``If-Match``, so two writers on any machines never both
+  hold it. A store that ignores conditional headers cannot lock: writers on it are refused, and
+  must commit through the gRPC coordinator (``inlet coordinator``), which serialises commits itself
+  (a table whose commit protocol is the coordinator's then takes only the thread lock);
+- other non-local filesystems: a lock file in the machine's temp directory keyed by the table URI
+  (one machine only).
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
+import socket
 import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from inlet.core.config import ConfigKey
+from inlet.core.errors import InletError, UnsupportedError
 from inlet.core.storage import Storage
 
 _registry_guard = threading.Lock()
 _thread_locks: dict[str, threading.RLock] = {}
 _depth = threading.local()
+
+LOCK_PATH = ".hoodie/.aux/inlet.lock"
+#: how long an object-store lock stays valid without its holder (a holder keeps it for one commit step)
+OBJECT_LOCK_LEASE_MS = 60_000
+#: how long a writer waits for the object-store lock before giving up (seconds)
+LOCK_WAIT = ConfigKey[float](
+    "INLET_S3_LOCK_WAIT_S", float, 120.0, doc="seconds a writer waits for a table's lock on S3"
+)
+
+
+class LockTimeoutError(InletError):
+    """The table lock stayed held by another writer longer than the wait allows."""
+
+    retryable = True
 
 
 def _lock_file_path(storage: Storage) -> str:
@@ -32,6 +59,12 @@ def _lock_file_path(storage: Storage) -> str:
     return os.path.join(tempfile.gettempdir(), f"inlet-table-{digest}.lock")
 
 
+def _lock_key(storage: Storage) -> str:
+    if storage.is_object_store:
+        return f"{storage.s3.endpoint if storage.s3 else ''}|{storage.full(LOCK_PATH)}"
+    return _lock_file_path(storage)
+
+
 @contextmanager
 def table_lock(storage: Storage) -> Iterator[None]:
     """Hold the table's lock (re-entrant within a thread).
@@ -39,8 +72,7 @@ def table_lock(storage: Storage) -> Iterator[None]:
     Keyed by the lock file, not the URI: two spellings of one table (``/t``, ``file:///t``) must
     share the re-entrancy count, or a thread holding one would wait forever on the other's flock.
     """
-    path = _lock_file_path(storage)
-    key = path
+    key = _lock_key(storage)
     with _registry_guard:
         tlock = _thread_locks.setdefault(key, threading.RLock())
     with tlock:
@@ -53,14 +85,115 @@ def table_lock(storage: Storage) -> Iterator[None]:
             finally:
                 depths[key] -= 1
             return
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        holder = _object_lock if storage.is_object_store else _file_lock
+        with holder(storage):
             depths[key] = 1
             try:
                 yield
             finally:
                 depths[key] = 0
-                fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _file_lock(storage: Storage) -> Iterator[None]:
+    fd = os.open(_lock_file_path(storage), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
         finally:
-            os.close(fd)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def check_object_store_locking(storage: Storage) -> None:
+    """Refuse a local-lock writer on a store without conditional writes (it could not lock)."""
+    cond = storage.conditional()
+    if not cond.supported(".hoodie/.aux"):
+        raise UnsupportedError(
+            f"the object store of {storage.base_uri} ignores conditional writes (If-None-Match), so "
+            "writers on different machines cannot lock the table: write through the commit "
+            "coordinator (inlet coordinator; --coordinator on the writer)"
+        )
+
+
+@contextmanager
+def _object_lock(storage: Storage) -> Iterator[None]:
+    try:
+        check_object_store_locking(storage)
+    except InletError as e:
+        if storage.coordinated:  # the coordinator serialises the commits; this process's threads are
+            yield  # excluded by the thread lock
+            return
+        if isinstance(e, UnsupportedError):
+            raise
+        raise UnsupportedError(f"cannot lock {storage.base_uri} without the coordinator: {e}") from e
+    cond = storage.conditional()
+    key = storage.object_key(LOCK_PATH)
+    wait_s = LOCK_WAIT.get(os.environ) or 0.0
+    owner = {
+        "host": socket.gethostname(),
+        "pid_ns": _pid_namespace(),
+        "pid": os.getpid(),
+        "id": uuid.uuid4().hex,
+    }
+    deadline = time.monotonic() + wait_s
+    delay = 0.01
+    etag: str | None = None
+    while etag is None:
+        body = json.dumps({**owner, "expires_ms": int(time.time() * 1000) + OBJECT_LOCK_LEASE_MS})
+        etag = cond.put_if_absent(key, body.encode())
+        if etag is not None:
+            break
+        current = cond.get(key)
+        if current is None:
+            continue  # released meanwhile
+        if _holder_gone(current.body) and current.etag:
+            etag = cond.put_if_match(key, body.encode(), current.etag)  # the holder is gone: take over
+            if etag is not None:
+                break
+        if time.monotonic() > deadline:
+            raise LockTimeoutError(
+                f"table {storage.base_uri} stayed locked by {current.body[:200].decode('utf-8', 'replace')} "
+                f"for {wait_s:.0f} s ({LOCK_PATH}); retry later"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+    try:
+        yield
+    finally:
+        if etag:
+            cond.delete_if_match(key, etag)
+        else:  # a store that returns no ETag: the lock is ours, delete it plainly
+            storage.delete(LOCK_PATH)
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def _holder_gone(body: bytes) -> bool:
+    """The lease expired, or the holder was a process of this host (pid namespace) that is gone."""
+    try:
+        held = json.loads(body)
+        expires = int(held.get("expires_ms", 0))
+    except (ValueError, AttributeError, TypeError):
+        return True
+    if expires < time.time() * 1000:
+        return True
+    pid = held.get("pid")
+    if held.get("host") != socket.gethostname() or held.get("pid_ns") != _pid_namespace():
+        return False
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

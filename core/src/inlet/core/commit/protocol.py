@@ -60,6 +60,11 @@ def next_instant_time(after: str | None) -> str:
 class CommitProtocol(abc.ABC):
     """How writers obtain instant times and complete instants on one table."""
 
+    #: True when a service (the gRPC coordinator) serialises the table's commits: then, on an
+    #: object store that cannot lock (no conditional writes), the table lock need only exclude
+    #: this process's threads
+    serialises_commits: bool = False
+
     @abc.abstractmethod
     def begin(self, action: str, requested_content: bytes = b"") -> Instant:
         """Issue a new instant time and write ``<t>.<action>.requested``."""

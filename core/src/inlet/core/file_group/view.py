@@ -160,9 +160,27 @@ class FileGroup:
         return self.slices[-1] if self.slices else None
 
 
+#: with more top-level directories than this, one listing of the whole table is cheaper than one each
+PER_DIRECTORY_LISTING_MAX = 16
+
+
 def list_data_files(storage: Storage) -> list[FileInfo]:
-    """Every file of the table outside ``.hoodie``."""
-    return [f for f in storage.walk_files("") if not f.path.startswith(".hoodie/") and f.path != ".hoodie"]
+    """Every file of the table outside ``.hoodie``.
+
+    The top level, then each top-level directory but ``.hoodie`` (whose timeline grows with every
+    commit: listing it made a commit's listing grow with the table's age); with many top-level
+    directories (partitions), one listing of everything.
+    """
+    files, dirs = storage.list_entries("")
+    dirs = [d for d in dirs if d != ".hoodie"]
+    if len(dirs) > PER_DIRECTORY_LISTING_MAX:
+        return [
+            f for f in storage.walk_files("") if not f.path.startswith(".hoodie/") and f.path != ".hoodie"
+        ]
+    files = [f for f in files if f.path != ".hoodie"]
+    for d in dirs:
+        files.extend(storage.walk_files(d))
+    return files
 
 
 def slice_file_group(

@@ -57,6 +57,8 @@ class TableHandle:
         self.commit_protocol: CommitProtocol = commit_protocol or LocalCommitProtocol(
             storage, meta.layout_version, meta.timeline_path
         )
+        if self.commit_protocol.serialises_commits:
+            storage.coordinated = True
 
     @property
     def base_path(self) -> str:

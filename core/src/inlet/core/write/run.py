@@ -182,7 +182,8 @@ def write_table(
     op = parse_operation(operation)
     check_writable(table)
     check_write_options(options)
-    current = table.snapshot().schema
+    snapshot = table.snapshot()
+    current = snapshot.schema
     if data is None:
         if op is not WriteOperation.DELETE_PARTITION:
             raise InvalidInputError(f"{op.value.lower()} needs input data")
@@ -226,7 +227,7 @@ def write_table(
 
     if op is not WriteOperation.DELETE:
         check_soft_delete_ordering(table, batch.records)  # refused before the instant begins
-    rollback_failed_writes(table)
+    rollback_failed_writes(table, timeline=snapshot.timeline)  # one listing of the timeline for both
 
     def plan() -> PlannedWrite:
         plan_write = plan_mor_write if table.meta.table_type is TableType.MERGE_ON_READ else plan_cow_write

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from inlet.services.cli.errors import CliError, UsageError
+from inlet.services.cli.s3_options import add_s3_options
 from inlet.services.coordinator.config import ENV_PREFIX, SETTINGS, ConfigError, CoordinatorConfig
 from inlet.services.runtime import StopSignal, add_arguments, announce
 
@@ -65,6 +66,7 @@ def add_coordinator_commands(subparsers: Any) -> None:
         formatter_class=_formatter,
     )
     add_serve_arguments(serve_p)
+    add_s3_options(serve_p, suppress=True)
     serve_p.set_defaults(handler=cmd_serve)
 
 

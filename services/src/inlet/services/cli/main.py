@@ -46,6 +46,7 @@ from inlet.services.cli.parsing import (
     common_options,
     formatter,
 )
+from inlet.services.cli.s3_options import apply_s3_options
 from inlet.services.cli.savepoint import add_savepoint_commands
 from inlet.services.cli.stack import add_stack_commands
 from inlet.services.cli.table import add_table_commands
@@ -261,6 +262,7 @@ def _fail(message: str, code: int) -> int:
 def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     _configure_logging(args)
+    apply_s3_options(args)
     handler: Handler = args.handler
     return handler(args)
 

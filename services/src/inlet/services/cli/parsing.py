@@ -9,6 +9,7 @@ from typing import NoReturn
 from inlet.services import logs
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import TABLE_PATH_ENV, choice, choices_metavar, with_env
+from inlet.services.cli.s3_options import add_s3_options
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -51,6 +52,7 @@ def common_options(suppress: bool) -> ArgumentParser:
         default=argparse.SUPPRESS if suppress else 0,
         help="log progress (INFO); twice for DEBUG. --log-level wins over it",
     )
+    add_s3_options(p, suppress)
     return p
 
 

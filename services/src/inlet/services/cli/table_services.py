@@ -9,6 +9,7 @@ from typing import Any
 from inlet.services.cli.commit import CONNECTION_SETTINGS, read_ca
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
+from inlet.services.cli.s3_options import add_s3_options
 from inlet.services.commit_events import follower_settings
 from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve, run_until_stopped
 
@@ -74,6 +75,7 @@ def add_table_services_commands(subparsers: Any) -> None:
         formatter_class=_formatter,
     )
     add_arguments(run_p, SETTINGS, ENV_PREFIX)
+    add_s3_options(run_p, suppress=True)
     run_p.set_defaults(handler=cmd_run)
 
 

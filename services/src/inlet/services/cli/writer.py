@@ -15,6 +15,7 @@ from typing import Any
 from inlet.services.cli.commit import CONNECTION_SETTINGS, read_ca
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
+from inlet.services.cli.s3_options import add_s3_options
 from inlet.services.runtime import (
     Setting,
     SettingsError,
@@ -39,7 +40,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "lake_root",
         "--lake-root",
-        "root directory of the tables: <root>/<database>/<schema>/<table>",
+        "root of the tables, a directory or s3://BUCKET/PREFIX: <root>/<database>/<schema>/<table>",
         required=True,
         metavar="DIR",
     ),
@@ -332,6 +333,7 @@ def add_writer_commands(subparsers: Any) -> None:
         formatter_class=_formatter,
     )
     add_arguments(run_p, SETTINGS, ENV_PREFIX)
+    add_s3_options(run_p, suppress=True)
     run_p.set_defaults(handler=cmd_run)
     load_p = sub.add_parser(
         "load",
@@ -341,6 +343,7 @@ def add_writer_commands(subparsers: Any) -> None:
         formatter_class=_formatter,
     )
     add_arguments(load_p, LOAD_SETTINGS, ENV_PREFIX)
+    add_s3_options(load_p, suppress=True)
     load_p.set_defaults(handler=cmd_load)
 
 

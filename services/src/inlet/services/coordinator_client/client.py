@@ -364,6 +364,8 @@ class GrpcCommitProtocol(CommitProtocol):
     complete or is rolled back. The timeline is read from ``storage`` directly.
     """
 
+    serialises_commits = True
+
     def __init__(
         self,
         client: CoordinatorClient,

@@ -1,0 +1,294 @@
+"""Tables on S3-compatible object stores: where the store is, how to sign for it, conditional writes.
+
+:class:`S3Options` is the one place S3 settings live. They come from the usual AWS environment
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION`` /
+``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``) plus Inlet's own
+``INLET_S3_PATH_STYLE``, or explicitly (the services' ``--s3-*`` flags write them into the
+environment with :meth:`S3Options.to_env`, so Spark's Python workers and subprocesses see them too).
+
+Object stores have no rename and no lock. A table's lock on S3 is an object created with
+``If-None-Match: *`` and released with ``If-Match: <etag>`` (see :mod:`inlet.core.commit.locks`);
+pyarrow cannot send those headers, so :class:`ConditionalS3` signs the few conditional requests
+itself (AWS Signature V4). A store that ignores the headers is detected once per bucket
+(:meth:`ConditionalS3.supported`), and local-lock writers are then refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import http.client
+import os
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import pyarrow.fs as pafs
+
+from inlet.core.config import ConfigKey, parse_bool
+from inlet.core.errors import InvalidConfigError
+from inlet.core.storage_requests import RequestCounts
+
+#: URI schemes read as S3 (``s3a://`` is what Hadoop and Apache Hudi's catalogs register).
+S3_SCHEMES = ("s3://", "s3a://", "s3n://")
+
+
+def is_s3_uri(uri: str) -> bool:
+    return uri.lower().startswith(S3_SCHEMES)
+
+
+def split_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> (``bucket``, ``a/b``)."""
+    rest = uri.split("://", 1)[1]
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise InvalidConfigError(f"S3 URI {uri!r} names no bucket (expected s3://BUCKET/PREFIX)")
+    return bucket, key.strip("/")
+
+
+class S3Config:
+    """Typed keys of the S3 settings (the environment variable each is read from)."""
+
+    ENDPOINT = ConfigKey[str](
+        "AWS_ENDPOINT_URL_S3",
+        str,
+        doc="S3 endpoint URL for S3-compatible stores (http://host:port); AWS when unset",
+        alternatives=("AWS_ENDPOINT_URL",),
+    )
+    REGION = ConfigKey[str]("AWS_REGION", str, doc="region", alternatives=("AWS_DEFAULT_REGION",))
+    ACCESS_KEY = ConfigKey[str]("AWS_ACCESS_KEY_ID", str, doc="access key id")
+    SECRET_KEY = ConfigKey[str]("AWS_SECRET_ACCESS_KEY", str, doc="secret access key")
+    SESSION_TOKEN = ConfigKey[str]("AWS_SESSION_TOKEN", str, doc="session token (temporary credentials)")
+    PATH_STYLE = ConfigKey[bool](
+        "INLET_S3_PATH_STYLE",
+        parse_bool,
+        doc="path-style requests (http://endpoint/bucket/key); default: true with an endpoint, else false",
+    )
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """Endpoint, region, credentials and addressing of an S3-compatible store."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    path_style: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.endpoint is not None and not self.endpoint.startswith(("http://", "https://")):
+            raise InvalidConfigError(f"S3 endpoint must be an http(s) URL, got {self.endpoint!r}")
+        if (self.access_key is None) != (self.secret_key is None):
+            raise InvalidConfigError("S3 credentials need both an access key id and a secret access key")
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        path_style: bool | None = None,
+    ) -> S3Options:
+        """Options from ``env`` (default ``os.environ``); the keyword arguments that are not None win."""
+        e = {k: v for k, v in (os.environ if env is None else env).items() if v != ""}
+        opts = cls(
+            endpoint=S3Config.ENDPOINT.get(e),
+            region=S3Config.REGION.get(e),
+            access_key=S3Config.ACCESS_KEY.get(e),
+            secret_key=S3Config.SECRET_KEY.get(e),
+            session_token=S3Config.SESSION_TOKEN.get(e),
+            path_style=S3Config.PATH_STYLE.get(e),
+        )
+        return replace(
+            opts,
+            endpoint=endpoint or opts.endpoint,
+            region=region or opts.region,
+            path_style=opts.path_style if path_style is None else path_style,
+        )
+
+    def to_env(self) -> dict[str, str]:
+        """The environment variables that :meth:`from_env` reads back as these options."""
+        out: dict[str, str] = {}
+        if self.endpoint:
+            out[S3Config.ENDPOINT.key] = self.endpoint
+        if self.region:
+            out[S3Config.REGION.key] = self.region
+        if self.access_key and self.secret_key:
+            out[S3Config.ACCESS_KEY.key] = self.access_key
+            out[S3Config.SECRET_KEY.key] = self.secret_key
+        if self.session_token:
+            out[S3Config.SESSION_TOKEN.key] = self.session_token
+        if self.path_style is not None:
+            out[S3Config.PATH_STYLE.key] = str(self.path_style).lower()
+        return out
+
+    @property
+    def uses_path_style(self) -> bool:
+        return self.path_style if self.path_style is not None else self.endpoint is not None
+
+    @property
+    def effective_region(self) -> str:
+        return self.region or "us-east-1"
+
+    def filesystem(self) -> pafs.S3FileSystem:
+        """A pyarrow S3 filesystem (paths ``bucket/key``); credentials fall back to the AWS chain."""
+        kwargs: dict[str, object] = {
+            "region": self.effective_region,
+            "force_virtual_addressing": not self.uses_path_style,
+            "connect_timeout": 10,
+            "request_timeout": 60,
+        }
+        if self.endpoint:
+            scheme, _, host = self.endpoint.partition("://")
+            kwargs["endpoint_override"] = host.rstrip("/")
+            kwargs["scheme"] = scheme
+        if self.access_key and self.secret_key:
+            kwargs["access_key"] = self.access_key
+            kwargs["secret_key"] = self.secret_key
+            if self.session_token:
+                kwargs["session_token"] = self.session_token
+        return pafs.S3FileSystem(**kwargs)
+
+    def hudi_rs_options(self) -> dict[str, str]:
+        """Storage options for hudi-rs / the Rust ``object_store`` crate (``aws_*`` keys)."""
+        out: dict[str, str] = {"aws_region": self.effective_region}
+        if self.endpoint:
+            out["aws_endpoint_url"] = self.endpoint
+            if self.endpoint.startswith("http://"):
+                out["aws_allow_http"] = "true"
+        if self.access_key and self.secret_key:
+            out["aws_access_key_id"] = self.access_key
+            out["aws_secret_access_key"] = self.secret_key
+        if self.session_token:
+            out["aws_session_token"] = self.session_token
+        out["aws_virtual_hosted_style_request"] = str(not self.uses_path_style).lower()
+        return out
+
+
+# -- conditional requests ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    etag: str | None
+
+
+class ConditionalS3:
+    """Signed ``PUT``/``GET``/``DELETE`` with ``If-None-Match``/``If-Match`` on one bucket.
+
+    Only for the few small objects whose writes must be conditional (the table lock), and for deletes
+    (pyarrow's also checks the object first and recreates its parent "directory" as an empty object);
+    everything else goes through pyarrow. Needs the credentials in the options (not a profile or instance role).
+    """
+
+    _probed: dict[tuple[str, str], bool] = {}
+    _probe_guard = threading.Lock()
+
+    def __init__(self, options: S3Options, bucket: str, counts: RequestCounts | None = None) -> None:
+        if not (options.access_key and options.secret_key):
+            raise InvalidConfigError(
+                "conditional S3 writes need the credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+            )
+        self.options = options
+        self.bucket = bucket
+        region = options.effective_region
+        endpoint = options.endpoint or f"https://s3.{region}.amazonaws.com"
+        parsed = urllib.parse.urlsplit(endpoint)
+        self._https = parsed.scheme == "https"
+        host = parsed.netloc
+        if not options.uses_path_style:
+            host = f"{bucket}.{host}"
+        self._host = host
+        self._prefix = f"/{bucket}" if options.uses_path_style else ""
+        self.counts = counts
+
+    def _request(self, method: str, key: str, body: bytes = b"", headers: Mapping[str, str] = {}) -> Response:
+        path = self._prefix + "/" + urllib.parse.quote(key, safe="/-_.~")
+        now = dt.datetime.now(dt.UTC)
+        amz_date = now.strftime("%Y%m%dT%H%M%SZ")
+        day = now.strftime("%Y%m%d")
+        payload_hash = hashlib.sha256(body).hexdigest()
+        h = {"host": self._host, "x-amz-date": amz_date, "x-amz-content-sha256": payload_hash}
+        if self.options.session_token:
+            h["x-amz-security-token"] = self.options.session_token
+        h.update({k.lower(): v for k, v in headers.items()})
+        signed = sorted(h)
+        canonical = "\n".join(
+            [method, path, "", "".join(f"{k}:{h[k]}\n" for k in signed), ";".join(signed), payload_hash]
+        )
+        region = self.options.effective_region
+        scope = f"{day}/{region}/s3/aws4_request"
+        to_sign = "\n".join(
+            ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+        )
+        k = ("AWS4" + (self.options.secret_key or "")).encode()
+        for part in (day, region, "s3", "aws4_request"):
+            k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+        signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+        h["authorization"] = (
+            f"AWS4-HMAC-SHA256 Credential={self.options.access_key}/{scope}, "
+            f"SignedHeaders={';'.join(signed)}, Signature={signature}"
+        )
+        conn_cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        conn = conn_cls(self._host, timeout=30)
+        try:
+            conn.request(method, path, body=body if method == "PUT" else None, headers=h)
+            resp = conn.getresponse()
+            data = resp.read()
+            if self.counts is not None:
+                self.counts.add(method)
+            return Response(resp.status, data, resp.getheader("ETag"))
+        finally:
+            conn.close()
+
+    def _check(self, resp: Response, what: str, ok: tuple[int, ...]) -> Response:
+        if resp.status not in ok:
+            detail = resp.body.decode("utf-8", "replace")[:300]
+            raise OSError(f"S3 {what} on bucket {self.bucket!r} failed: HTTP {resp.status} {detail}")
+        return resp
+
+    def put_if_absent(self, key: str, data: bytes) -> str | None:
+        """Create ``key``; its ETag, or None if it exists."""
+        resp = self._check(self._request("PUT", key, data, {"If-None-Match": "*"}), "PUT", (200, 412))
+        return resp.etag or "" if resp.status == 200 else None
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str | None:
+        """Replace ``key`` if its ETag is still ``etag``; the new ETag, or None."""
+        resp = self._check(self._request("PUT", key, data, {"If-Match": etag}), "PUT", (200, 404, 412))
+        return resp.etag or "" if resp.status == 200 else None
+
+    def get(self, key: str) -> Response | None:
+        resp = self._check(self._request("GET", key), "GET", (200, 404))
+        return resp if resp.status == 200 else None
+
+    def delete(self, key: str) -> None:
+        """Delete ``key`` (fine if it does not exist): one request."""
+        self._check(self._request("DELETE", key), "DELETE", (204, 200, 404))
+
+    def delete_if_match(self, key: str, etag: str) -> bool:
+        resp = self._check(
+            self._request("DELETE", key, headers={"If-Match": etag}), "DELETE", (204, 200, 404, 412)
+        )
+        return resp.status in (200, 204)
+
+    def supported(self, probe_dir: str) -> bool:
+        """Whether the store honours ``If-None-Match: *`` (probed once per endpoint and bucket)."""
+        cache_key = (self.options.endpoint or "aws", self.bucket)
+        with self._probe_guard:
+            if cache_key in self._probed:
+                return self._probed[cache_key]
+            key = f"{probe_dir.strip('/')}/.inlet-conditional-probe-{uuid.uuid4().hex}"
+            first = self.put_if_absent(key, b"1")
+            second = self.put_if_absent(key, b"2")
+            self._request("DELETE", key)
+            result = first is not None and second is None
+            self._probed[cache_key] = result
+            return result
