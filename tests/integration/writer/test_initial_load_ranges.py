@@ -183,3 +183,19 @@ def test_memory_is_bounded_by_the_range_not_the_table(
         pa.set_memory_pool(before)
     assert summary.loaded[0].rows == 30_000
     assert 0 < pool.max_memory() < size / 5, (pool.max_memory(), size)
+
+
+def test_a_value_refused_in_a_later_range_clears_the_ranges_committed_and_leaves_the_table(
+    pg_url: str, coordinator: RunningServer, lake: Path, slot: str
+) -> None:
+    _fill(pg_url, "src_late_bad", 3000)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE src_late_bad ADD COLUMN ts timestamp")
+        conn.execute("UPDATE src_late_bad SET ts = '294276-12-31 23:59:59' WHERE id = 3000")  # last page
+    summary = _load(pg_url, coordinator, lake, slot, workers=2, pages_per_range=2)
+    assert list(summary.skipped) == ["public.src_late_bad"] and summary.loaded == []
+    assert "column ts = 294276-12-31 23:59:59" in summary.skipped["public.src_late_bad"]
+    path = lake / _dbname(pg_url) / "public" / "src_late_bad"
+    commits = _load_commits(path)
+    assert len(commits) > 1  # ranges were committed before the refusal...
+    assert _lake_rows(path) == {}  # ...and cleared: Debezium's snapshot loads the table

@@ -37,7 +37,8 @@ from the exact point the bulk read saw, and so does this module:
    base files and later ranges append to their logs (Parquet data blocks), as any writer of such a
    table does; and (b) a commit is the record that a range is done, so a load killed midway
    resumes from the ranges left instead of starting over. Commits of one table are serialised (the
-   first one creates the file groups; reading goes on meanwhile). A table that already holds rows
+   first one creates the file groups, and the coordinator's conflict check refuses concurrent
+   appends to the same buckets); reading goes on meanwhile. A table that already holds rows
    of another load is overwritten: its first commit is an ``insert_overwrite_table``.
    **Resume** (``resume=True``, ``--resume``): the slot the killed load created is kept (its exported
    snapshot died with the load, its position did not), a new snapshot is exported by an ordinary
@@ -615,9 +616,14 @@ class _TableLoad:
             try:
                 for batch in stream_copy(conn, self.plan.copy_statement(page_range.where()), self._csv):
                     if self.stop.is_set():
-                        return 0
+                        # read on to the end (keeping nothing): leaving Arrow's reader midway
+                        # would close the COPY under its read-ahead thread
+                        parts.clear()
+                        continue
                     parts.append(typed(self.plan, batch))
                     self.progress.add_rows(batch.num_rows)
+                if self.stop.is_set():
+                    return 0
             except psycopg.errors.DataError as e:
                 why = refusal(e) or str(e).strip().splitlines()[0]
                 raise LoadError(f"{self.plan.schema}.{self.plan.table}: {why}") from None
@@ -648,11 +654,10 @@ class _TableLoad:
     def clear(self) -> None:
         """Empty the table (a range was refused after others were committed): no rows of a table
         left to Debezium's snapshot stay behind."""
+        empty = pa.schema([pa.field(c.name, c.target) for c in self.plan.columns]).empty_table()
         with self._write_lock:
             self.overwrite = True
-            self._write(
-                pa.schema([pa.field(c.name, c.target) for c in self.plan.columns]).empty_table(), None
-            )
+            self._write(with_event_columns(empty, SNAPSHOT_ORDERING, self.topic_prefix), None)
 
 
 def _load_ranges(work: _TableLoad, ranges: list[PageRange], workers: int) -> int:
