@@ -611,7 +611,7 @@ class _TableLoad:
         """Read one range in the snapshot and commit it; its row count."""
         if self.stop.is_set():
             return 0
-        parts = []
+        parts: list[pa.Table] = []
         with snapshot_connection(self.conninfo, self.snap.name) as conn:
             try:
                 for batch in stream_copy(conn, self.plan.copy_statement(page_range.where()), self._csv):
