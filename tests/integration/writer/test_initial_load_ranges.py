@@ -199,3 +199,19 @@ def test_a_value_refused_in_a_later_range_clears_the_ranges_committed_and_leaves
     commits = _load_commits(path)
     assert len(commits) > 1  # ranges were committed before the refusal...
     assert _lake_rows(path) == {}  # ...and cleared: Debezium's snapshot loads the table
+
+
+def test_a_partitioned_table_splits_by_its_largest_partition(
+    pg_url: str, coordinator: RunningServer, lake: Path, slot: str
+) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE src_parted (id int, v text, PRIMARY KEY (id)) PARTITION BY RANGE (id)")
+        conn.execute("CREATE TABLE src_parted_a PARTITION OF src_parted FOR VALUES FROM (1) TO (1001)")
+        conn.execute("CREATE TABLE src_parted_b PARTITION OF src_parted FOR VALUES FROM (1001) TO (4001)")
+        conn.execute("INSERT INTO src_parted SELECT g, 'v' || g FROM generate_series(1, 4000) g")
+    summary = _load(pg_url, coordinator, lake, slot, workers=2, pages_per_range=4)
+    [result] = summary.loaded
+    assert result.rows == 4000 and result.ranges > 3  # pages of the larger partition
+    assert _lake_rows(lake / _dbname(pg_url) / "public" / "src_parted") == {
+        i: f"v{i}" for i in range(1, 4001)
+    }
