@@ -36,9 +36,11 @@ from the exact point the bulk read saw, and so does this module:
    cannot each write a bucket's base file in one instant: the first commit writes the buckets'
    base files and later ranges append to their logs (Parquet data blocks), as any writer of such a
    table does; and (b) a commit is the record that a range is done, so a load killed midway
-   resumes from the ranges left instead of starting over. Commits of one table are serialised (the
-   first one creates the file groups, and the coordinator's conflict check refuses concurrent
-   appends to the same buckets); reading goes on meanwhile. A table that already holds rows
+   resumes from the ranges left instead of starting over. A table's first commit runs alone (its
+   ``bulk_insert`` creates the file groups); after it, the ranges of a Merge-on-Read bucket-index
+   table commit concurrently as ``insert``s (appends to the buckets' logs, which non-blocking
+   concurrency control does not conflict-check; it does check ``bulk_insert``), and those of other
+   tables one at a time, their reading going on meanwhile. A table that already holds rows
    of another load is overwritten: its first commit is an ``insert_overwrite_table``.
    **Resume** (``resume=True``, ``--resume``): the slot the killed load created is kept (its exported
    snapshot died with the load, its position did not), a new snapshot is exported by an ordinary
@@ -582,7 +584,8 @@ class _TableLoad:
         conninfo: str,
         snap: ExportedSnapshot,
         plan: TablePlan,
-        hudi: HudiTable,
+        open_table: Callable[[], HudiTable],
+        concurrent: bool,
         table_id: str,
         topic_prefix: str,
         write_options: dict[str, str],
@@ -594,7 +597,14 @@ class _TableLoad:
         self.conninfo = conninfo
         self.snap = snap
         self.plan = plan
-        self.hudi = hudi
+        self.open_table = open_table
+        self.hudi = open_table()
+        # Merge-on-Read with the bucket index (NBCC): once the buckets' file groups exist, ranges
+        # commit concurrently as ``insert``s, appends to their logs that NBCC never conflict-checks
+        self.concurrent = concurrent
+        self._appending = threading.Event()
+        if concurrent and not overwrite and self.hudi.schema() is not None:
+            self._appending.set()
         self.table_id = table_id
         self.topic_prefix = topic_prefix
         self.write_options = write_options
@@ -605,6 +615,7 @@ class _TableLoad:
         self.committed = 0
         self.stop = threading.Event()
         self._write_lock = threading.Lock()
+        self._count_lock = threading.Lock()
         self._csv = csv_options(self.plan, block_size=4 << 20)
 
     def run(self, page_range: PageRange) -> int:
@@ -633,23 +644,38 @@ class _TableLoad:
             rows = pa.schema([pa.field(c.name, c.target) for c in self.plan.columns]).empty_table()
         del parts
         data = with_event_columns(rows, SNAPSHOT_ORDERING, self.topic_prefix)
-        with self._write_lock:  # one commit at a time: the first one creates the file groups
+        written = False
+        if not self._appending.is_set():
+            with self._write_lock:  # one commit at a time; the first one creates the file groups
+                if self.stop.is_set():
+                    return 0
+                if not self._appending.is_set():
+                    if data.num_rows or self.overwrite:
+                        self._write(data, page_range, self.hudi)
+                        if self.concurrent:
+                            self._appending.set()
+                    written = True
+        if not written:  # appends, concurrently (the bulk_insert that NBCC checks is behind us)
             if self.stop.is_set():
                 return 0
-            if data.num_rows or self.overwrite:
-                self._write(data, page_range)
+            if data.num_rows:
+                self._write(data, page_range, self.open_table(), "insert")
         crash_point(AFTER_RANGE)
         self.progress.add_pages(page_range.pages(self.total_pages))
         return int(data.num_rows)
 
-    def _write(self, data: pa.Table, page_range: PageRange | None) -> None:
-        op = "insert_overwrite_table" if self.overwrite else "bulk_insert"
+    def _write(
+        self, data: pa.Table, page_range: PageRange | None, hudi: HudiTable, op: str = "bulk_insert"
+    ) -> None:
+        if self.overwrite:
+            op = "insert_overwrite_table"
         extra = {LOAD_LSN_KEY: str(self.snap.lsn), LOAD_RELFILENODE_KEY: str(self.relfilenode)}
         if page_range is not None:
             extra[LOAD_RANGE_KEY] = page_range.text()
-        self.hudi.write(data, op, dict(self.write_options), extra_metadata=extra)
+        hudi.write(data, op, dict(self.write_options), extra_metadata=extra)
         self.overwrite = False
-        self.committed += 1
+        with self._count_lock:
+            self.committed += 1
 
     def clear(self) -> None:
         """Empty the table (a range was refused after others were committed): no rows of a table
@@ -657,7 +683,9 @@ class _TableLoad:
         empty = pa.schema([pa.field(c.name, c.target) for c in self.plan.columns]).empty_table()
         with self._write_lock:
             self.overwrite = True
-            self._write(with_event_columns(empty, SNAPSHOT_ORDERING, self.topic_prefix), None)
+            self._write(
+                with_event_columns(empty, SNAPSHOT_ORDERING, self.topic_prefix), None, self.open_table()
+            )
 
 
 def _load_ranges(work: _TableLoad, ranges: list[PageRange], workers: int) -> int:
@@ -776,15 +804,19 @@ def _load_table(
     table_id = f"{topic_prefix}.{schema}.{table}"
     settings = tables.settings_for(rules, table_id)
     path = tables.ensure_table(client, table_id, lake_root, database, schema, table, plan.keys, settings)
-    hudi = HudiTable.open(path, commit_protocol=GrpcCommitProtocol(client, table_id, Storage(path)))
-    state = _table_state(hudi, snap.lsn, relfilenode, resumable=settings.nbcc)
+
+    def open_table() -> HudiTable:  # a handle per commit: concurrent commits share none
+        return HudiTable.open(path, commit_protocol=GrpcCommitProtocol(client, table_id, Storage(path)))
+
+    state = _table_state(open_table(), snap.lsn, relfilenode, resumable=settings.nbcc)
     ranges = ranges_left(pages, opts.pages_per_range, state.done)
     progress = Progress(table_id, sum(r.pages(pages) for r in ranges), opts.progress_interval_s)
     work = _TableLoad(
         conninfo,
         snap,
         plan,
-        hudi,
+        open_table,
+        settings.nbcc,
         table_id,
         topic_prefix,
         {LOG_BLOCK_FORMAT: "parquet", **settings.options},
