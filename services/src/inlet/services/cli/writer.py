@@ -296,9 +296,10 @@ LOAD_SETTINGS: tuple[Setting, ...] = (
 LOAD_DESCRIPTION = """Load the rows already in PostgreSQL into the Hudi tables in bulk, before Debezium first starts, so
 they do not travel through Kafka one event each: create the connector's logical replication slot
 exporting its snapshot, COPY every matching table in that snapshot (split into ranges of heap pages
-read in parallel, each on its own connection importing the snapshot, streamed into Arrow),
-bulk_insert each range through the coordinator into the table the writer would create (Debezium 'r' rows with _event_lsn 0, so every
-streamed change wins over them; the slot's LSN is kept in the commit), and print a
+read in parallel, each on its own connection importing the snapshot, streamed into Arrow), commit
+each range through the coordinator into the table the writer would create (Debezium 'r' rows with
+_event_lsn 0, so every streamed change wins over them; the slot's LSN and the range are kept in
+the commit; progress with rows/s and ETA is logged every 5 s), and print a
 JSON summary on stdout whose "debezium" entry is the connector configuration to start it with
 (snapshot.mode=no_data, or a snapshot of the tables COPY cannot load exactly). `inlet stack up` does
 this itself (--initial-load copy).

@@ -577,7 +577,7 @@ def _table_state(hudi: HudiTable, lsn: int, relfilenode: int, resumable: bool) -
 
 
 class _TableLoad:
-    """One table's ranges read on the pool, each written as one ``bulk_insert`` commit."""
+    """One table's ranges read on the pool, each written as one commit (see the module doc)."""
 
     def __init__(
         self,
