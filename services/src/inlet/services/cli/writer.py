@@ -294,13 +294,41 @@ LOAD_SETTINGS: tuple[Setting, ...] = (
         kind="bool",
         default=False,
     ),
+    Setting(
+        "resume",
+        "--resume",
+        "keep the slot a load that died midway left and load only what it had not committed: the "
+        "ranges its commits record as done at the slot's position are skipped, the rest read in a "
+        "new snapshot (Merge-on-Read bucket-index tables; other tables are loaded again whole)",
+        kind="bool",
+        default=False,
+    ),
+    Setting(
+        "load_workers",
+        "--load-workers",
+        "connections reading a table's ranges at once (each imports the load's snapshot)",
+        kind="int",
+        default=2,
+        metavar="N",
+    ),
+    Setting(
+        "pages_per_range",
+        "--pages-per-range",
+        "heap pages (8 KiB each) per range: one range is one COPY and one commit, and what a worker "
+        "holds in memory (about the range's size)",
+        kind="int",
+        default=4096,
+        metavar="N",
+    ),
 )
 
 LOAD_DESCRIPTION = """Load the rows already in PostgreSQL into the Hudi tables in bulk, before Debezium first starts, so
 they do not travel through Kafka one event each: create the connector's logical replication slot
-exporting its snapshot, COPY every matching table in that snapshot, bulk_insert it through the
-coordinator into the table the writer would create (Debezium 'r' rows with _event_lsn 0, so every
-streamed change wins over them; the slot's LSN is kept in the commit), and print a
+exporting its snapshot, COPY every matching table in that snapshot (split into ranges of heap pages
+read in parallel, each on its own connection importing the snapshot, streamed into Arrow), commit
+each range through the coordinator into the table the writer would create (Debezium 'r' rows with
+_event_lsn 0, so every streamed change wins over them; the slot's LSN and the range are kept in
+the commit; progress with rows/s and ETA is logged every 5 s), and print a
 JSON summary on stdout whose "debezium" entry is the connector configuration to start it with
 (snapshot.mode=no_data, or a snapshot of the tables COPY cannot load exactly). `inlet stack up` does
 this itself (--initial-load copy).
@@ -426,7 +454,8 @@ def cmd_load(args: argparse.Namespace) -> int:
     try:
         v = resolve(args, LOAD_SETTINGS, ENV_PREFIX)
         rules = load_rules(v["table_config"])
-    except (SettingsError, TableConfigError) as e:
+        options = initial_load.LoadOptions(workers=v["load_workers"], pages_per_range=v["pages_per_range"])
+    except (SettingsError, TableConfigError, initial_load.LoadError) as e:
         raise UsageError(str(e)) from None
     with CoordinatorClient(
         v["coordinator"],
@@ -445,6 +474,8 @@ def cmd_load(args: argparse.Namespace) -> int:
                 publication=v["publication"],
                 rules=rules,
                 replace_slot=bool(v["replace_slot"]),
+                resume=bool(v["resume"]),
+                options=options,
             )
         except initial_load.LoadError as e:
             raise UsageError(str(e)) from None

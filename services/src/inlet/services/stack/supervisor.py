@@ -360,7 +360,7 @@ class Stack:
 
         Runs once: its outcome is kept in ``initial_load.json``, and a stack whose Debezium already
         ran (it has offsets) keeps Debezium's own snapshot. A load that stopped before Debezium
-        started is done again on a new slot (the tables it wrote are overwritten).
+        started is resumed on its slot: the ranges it committed stay, the rest are loaded.
         """
         from inlet.services.writer import initial_load
 
@@ -370,11 +370,10 @@ class Stack:
         if state.exists():
             summary = json.loads(state.read_text())
         else:
-            if check is None:
-                dbz.drop_slot()
-            else:  # on the user's server: our slot only; their publication stays
+            # a load that stopped midway left its slot (and publication): it is kept and the load
+            # resumes from the ranges its commits do not record as done (initial_load: Resume)
+            if check is not None:  # on the user's server: their publication stays
                 assert self.config.source is not None
-                source.drop_slot(self.config.source, dbz.slot_name)
                 source.ensure_publication(self.config.source, dbz.publication_name, check)
             client = CoordinatorClient(self.coordinator_address)
             try:
@@ -387,6 +386,8 @@ class Stack:
                     slot=dbz.slot_name,
                     publication=dbz.publication_name,
                     rules=load_rules(str(self._table_config())),
+                    resume=True,
+                    replace_slot=True,  # one that cannot be resumed (another plugin)
                 ).as_json()
             finally:
                 client.close()

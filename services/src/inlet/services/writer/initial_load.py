@@ -10,22 +10,57 @@ from the exact point the bulk read saw, and so does this module:
    is created on a replication connection with ``EXPORT_SNAPSHOT``: PostgreSQL returns the slot's
    consistent point (an LSN) and the name of a snapshot that sees exactly the transactions committed
    before it.
-2. Each table is read in that snapshot (``SET TRANSACTION SNAPSHOT``) with one
-   ``COPY (SELECT ...) TO STDOUT (FORMAT csv)`` whose select list renders each column the way the
-   writer stores it (epoch microseconds for timestamps and times, days for dates, Debezium's
-   ``MicroDuration`` arithmetic for intervals, JSON for arrays), parsed by Arrow's CSV reader.
-3. The rows are written with ``bulk_insert`` through the coordinator into the Hudi table the writer
-   would have created (same path, record key, ordering field, options and column types), as
-   Debezium ``r`` (read) rows whose ``_event_lsn`` is :data:`~inlet.services.writer.rows.SNAPSHOT_ORDERING`
-   (0), as the writer stores Debezium's own snapshot reads: with EVENT_TIME_ORDERING every change
-   streamed afterwards wins over the loaded row. Not the consistent point: a transaction that began
-   between the snapshot builder's steps and is still open at the consistent point is not in the
-   snapshot, and streams when it commits with change LSNs *below* the consistent point. The commit
-   records the consistent point in its extraMetadata (``inlet.initial_load.lsn``).
+2. Each table is split into ranges of heap pages (:mod:`~inlet.services.writer.load_ranges`:
+   ``ctid >= '(a,0)' AND ctid < '(b,0)'``, TID range scans on PostgreSQL 14+), and each range is read
+   on its own connection that imports that snapshot (``SET TRANSACTION SNAPSHOT``; the exporting
+   connection stays open until the last range is read) with one
+   ``COPY (SELECT ... WHERE <range>) TO STDOUT (FORMAT csv)`` whose select list renders each column
+   the way the writer stores it (epoch microseconds for timestamps and times, days for dates,
+   Debezium's ``MicroDuration`` arithmetic for intervals, JSON for arrays), streamed as it arrives
+   into Arrow's streaming CSV reader. ``LoadOptions.workers`` threads read a table's ranges at once
+   (the COPY rendering runs in their PostgreSQL backends, Arrow's parsing and Parquet encoding
+   release the GIL); a worker holds one range, so memory is bounded by the range (about
+   ``pages_per_range`` x 8 KiB of rows, more for rows whose values are TOASTed out of line), never
+   by the table.
+3. Each range is written as **one commit**: a ``bulk_insert`` through the coordinator into the Hudi
+   table the writer would have created (same path, record key, ordering field, options and column
+   types), as Debezium ``r`` (read) rows whose ``_event_lsn`` is
+   :data:`~inlet.services.writer.rows.SNAPSHOT_ORDERING` (0), as the writer stores Debezium's own
+   snapshot reads: with EVENT_TIME_ORDERING every change streamed afterwards wins over the loaded
+   row. Not the consistent point: a transaction that began between the snapshot builder's steps
+   and is still open at the consistent point is not in the snapshot, and streams when it commits
+   with change LSNs *below* the consistent point. Every commit records the consistent point
+   (``inlet.initial_load.lsn``), its range (``inlet.initial_load.range``) and the table's
+   relfilenode. One commit per range rather than one commit listing every range's files, because
+   (a) the default tables (Merge-on-Read, bucket index) have one file group per bucket, so ranges
+   cannot each write a bucket's base file in one instant: the first commit writes the buckets'
+   base files and later ranges append to their logs (Parquet data blocks), as any writer of such a
+   table does; and (b) a commit is the record that a range is done, so a load killed midway
+   resumes from the ranges left instead of starting over. A table's first commit runs alone (its
+   ``bulk_insert`` creates the file groups); after it, the ranges of a Merge-on-Read bucket-index
+   table commit concurrently as ``insert``s (appends to the buckets' logs, which non-blocking
+   concurrency control does not conflict-check; it does check ``bulk_insert``), and those of other
+   tables one at a time, their reading going on meanwhile. A table that already holds rows
+   of another load is overwritten: its first commit is an ``insert_overwrite_table``.
+   **Resume** (``resume=True``, ``--resume``): the slot the killed load created is kept (its exported
+   snapshot died with the load, its position did not), a new snapshot is exported by an ordinary
+   transaction, and each table loads the ranges its commits at the slot's position (and the same
+   relfilenode: ``VACUUM FULL``, ``CLUSTER`` or ``TRUNCATE`` move rows) do not record as done.
+   Rows changed between the two snapshots are streamed from the slot's position anyway and win;
+   a row that moved from a range done into a range left is then loaded twice, which only a table
+   that merges records by key keeps once (Merge-on-Read with the bucket index, the default), so
+   other tables are loaded again whole (overwritten) instead.
 4. Debezium then starts on the existing slot without a data snapshot (``snapshot.mode=no_data``)
    for the loaded tables and streams from the consistent point. Tables this module cannot load (no
-   primary key, a column type without a rendering here) are left to Debezium's own snapshot
-   (``snapshot.include.collection.list``).
+   primary key, a column type without a rendering here, a value the rendering refuses in any of
+   its ranges) are left to Debezium's own snapshot (``snapshot.include.collection.list``); ranges
+   of such a table already committed are cleared first (an empty ``insert_overwrite_table``).
+
+Threads, not processes, read the ranges: the work that costs (rendering in PostgreSQL, CSV parsing
+and Parquet encoding in Arrow) does not hold the GIL, and threads share the coordinator client, the
+snapshot's name and one table handle without pickling. Resume caveat: an update made between the
+killed load and the resume that leaves a TOASTed column unchanged, to a row that moved from a range
+left into a range done, streams without that column's value and finds no stored row to take it from.
 
 The load commit carries no Kafka checkpoint, so the writer reads the change topic from its start.
 """
@@ -37,9 +72,10 @@ import fnmatch
 import json
 import logging
 import re
-import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -50,6 +86,7 @@ from psycopg import sql
 from pyarrow import csv
 
 from inlet.core import HudiTable
+from inlet.core.faults import crash_point
 from inlet.core.storage import Storage
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer.catalog import CatalogColumn, PostgresCatalog, connect_field
@@ -64,6 +101,15 @@ from inlet.services.cdc_consumer.types import (
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.logs import log_event
 from inlet.services.writer import tables
+from inlet.services.writer.load_ranges import (
+    PageRange,
+    Progress,
+    covers_all,
+    ranges_left,
+    snapshot_connection,
+    stream_copy,
+    table_pages,
+)
 from inlet.services.writer.rows import (
     DELETED_COL,
     LSN_COL,
@@ -78,6 +124,14 @@ from inlet.services.writer.rows import (
 log = logging.getLogger("inlet.writer.initial_load")
 
 LOAD_LSN_KEY = "inlet.initial_load.lsn"  # extraMetadata of a load commit: the slot's consistent point
+LOAD_RANGE_KEY = "inlet.initial_load.range"  # ... the heap pages it loaded, "start:end" ("start:" to the end)
+LOAD_RELFILENODE_KEY = "inlet.initial_load.relfilenode"  # ... the table's file then (a rewrite moves rows)
+AFTER_RANGE = "initial_load_after_range"  # crash point (INLET_CRASH_AT): a range committed
+DEFAULT_WORKERS = 2
+# the ranges after a bucket's first append to its file group's log: Parquet data blocks (Avro
+# ones are encoded row by row), unless the table's options say otherwise
+LOG_BLOCK_FORMAT = "hoodie.logfile.data.block.format"
+DEFAULT_PAGES_PER_RANGE = 4096  # 32 MiB of heap: what one range holds in memory, about
 
 _EPOCH_US = "(extract(epoch from {c}) * 1000000)::int8"
 # timestamps: PostgreSQL's infinities as the int64 bounds (as the CDC consumer decodes them); one
@@ -142,7 +196,8 @@ class LoadError(RuntimeError):
 class ExportedSnapshot:
     slot: str
     lsn: int  # the slot's consistent point
-    name: str  # the exported snapshot, valid while the replication connection stays open
+    name: str  # the exported snapshot, valid while the exporting connection stays open
+    resumed: bool = False  # an existing slot kept (a load resumed): ``name`` is a newer snapshot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +206,8 @@ class LoadResult:
     path: str
     rows: int
     seconds: float
+    ranges: int = 0  # ranges read by this run
+    ranges_done_before: int = 0  # ranges an earlier run at the same LSN had loaded (resumed)
 
 
 def parse_lsn(text: str) -> int:
@@ -160,34 +217,50 @@ def parse_lsn(text: str) -> int:
 
 @contextmanager
 def exported_snapshot(
-    conninfo: str, slot: str, publication: str, replace_slot: bool = False
+    conninfo: str, slot: str, publication: str, replace_slot: bool = False, resume: bool = False
 ) -> Iterator[ExportedSnapshot]:
     """Create ``slot`` (pgoutput) exporting its snapshot; the snapshot lives until the block ends.
 
     A slot of that name left by a load that stopped midway is dropped first with ``replace_slot``
-    (never one in use); without it, it is an error that says so."""
+    (never one in use), or kept with ``resume``: its position (``confirmed_flush_lsn``, where
+    streaming will start) is the load's LSN and a new snapshot is exported by an ordinary
+    transaction (the slot's own died with the load); without either, it is an error that says so."""
     if not re.fullmatch(r"[a-z0-9_]{1,63}", slot):
         raise LoadError(f"replication slot name {slot!r}: use 1-63 lower-case letters, digits and '_'")
     with psycopg.connect(conninfo, autocommit=True) as conn:
         existing = conn.execute(
-            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            "SELECT active_pid, confirmed_flush_lsn::text, plugin FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
         ).fetchone()
         if existing is not None:
             if existing[0] is not None:
                 raise LoadError(
                     f"replication slot {slot} is in use (by pid {existing[0]}); stop its consumer"
                 )
-            if not replace_slot:
+            if resume and existing[1] is not None and existing[2] == "pgoutput":
+                lsn = parse_lsn(existing[1])
+            elif not replace_slot:
                 raise LoadError(
                     f"cannot create replication slot {slot}: it already exists (a load that stopped "
-                    "midway leaves it): rerun with --replace-slot to drop and create it again, unless "
-                    "Debezium already streams from it"
+                    "midway leaves it): rerun with --resume to load the ranges left, or with "
+                    "--replace-slot to drop it and load again, unless Debezium already streams from it"
                 )
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-            log_event(log, logging.WARNING, "initial load: dropped the existing replication slot", slot=slot)
+            else:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                log_event(
+                    log, logging.WARNING, "initial load: dropped the existing replication slot", slot=slot
+                )
+                existing = None
         found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
         if found is None:
             conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication)))
+    if existing is not None:  # resumed: the slot stays, a fresh snapshot for the ranges left
+        with psycopg.connect(conninfo) as exporter:
+            exporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            [(name,)] = exporter.execute("SELECT pg_export_snapshot()").fetchall()
+            log_event(log, logging.INFO, "initial load: resuming on the existing slot", slot=slot, lsn=lsn)
+            yield ExportedSnapshot(slot, lsn, name, resumed=True)
+        return
     repl = psycopg.connect(conninfo, replication="database", autocommit=True)
     try:
         statement = f'CREATE_REPLICATION_SLOT "{slot}" LOGICAL pgoutput EXPORT_SNAPSHOT'
@@ -401,20 +474,6 @@ def read_table(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) ->
         path.unlink()
 
 
-def _read_or_refuse(conn: psycopg.Connection[Any], plan: TablePlan, workdir: Path) -> pa.Table:
-    """:func:`read_table` in a savepoint: a value the rendering refuses (or PostgreSQL cannot
-    render) makes the table a LoadError, left to Debezium's snapshot, and the load goes on."""
-    conn.execute("SAVEPOINT inlet_copy")
-    try:
-        data = read_table(conn, plan, workdir)
-    except psycopg.errors.DataError as e:
-        conn.execute("ROLLBACK TO SAVEPOINT inlet_copy")
-        why = refusal(e) or str(e).strip().splitlines()[0]
-        raise LoadError(f"{plan.schema}.{plan.table}: {why}") from None
-    conn.execute("RELEASE SAVEPOINT inlet_copy")
-    return data
-
-
 def with_event_columns(data: pa.Table, lsn: int, shard: str | None) -> pa.Table:
     """The writer's Debezium columns for snapshot reads: op ``r`` with ``_event_lsn`` = ``lsn`` (the
     load's rows: :data:`SNAPSHOT_ORDERING`; ``inlet verify --repair``'s: its repair point)."""
@@ -471,6 +530,183 @@ def matching_tables(conn: psycopg.Connection[Any], globs: Sequence[str]) -> list
     return [(s, t) for s, t in rows if any(fnmatch.fnmatchcase(f"{s}.{t}", g) for g in globs)]
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadOptions:
+    """How the load splits and runs: ranges of ``pages_per_range`` heap pages read by ``workers``
+    threads, progress at INFO every ``progress_interval_s``."""
+
+    workers: int = DEFAULT_WORKERS
+    pages_per_range: int = DEFAULT_PAGES_PER_RANGE
+    progress_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise LoadError(f"--load-workers must be at least 1, got {self.workers}")
+        if self.pages_per_range < 1:
+            raise LoadError(f"--pages-per-range must be at least 1, got {self.pages_per_range}")
+
+
+@dataclasses.dataclass
+class _TableState:
+    """What the lake already holds of a table: the ranges loaded at this LSN and relfilenode since
+    the last overwrite, and whether it holds rows of anything else (then it is overwritten)."""
+
+    done: list[PageRange]
+    overwrite: bool
+
+
+def _table_state(hudi: HudiTable, lsn: int, relfilenode: int, resumable: bool) -> _TableState:
+    if hudi.schema() is None:
+        return _TableState([], overwrite=False)
+    entries: list[tuple[str, str, str | None]] = []
+    for inst in hudi.timeline.completed_writes():
+        md = hudi.timeline.commit_metadata(inst)
+        extra = md.extra_metadata
+        if LOAD_LSN_KEY not in extra:
+            continue  # e.g. a compaction of the load's files
+        if md.operation_type == "insert_overwrite_table":
+            entries = []
+        entries.append((extra[LOAD_LSN_KEY], extra.get(LOAD_RELFILENODE_KEY, ""), extra.get(LOAD_RANGE_KEY)))
+    same = all(e[0] == str(lsn) and e[1] == str(relfilenode) for e in entries)
+    done = [PageRange.parse(e[2]) for e in entries if e[2]] if same and entries else []
+    # a partly loaded table resumes only where rows of two snapshots merge by key (Merge-on-Read,
+    # bucket index: see the module doc); anything else is loaded again from scratch
+    if done and (resumable or covers_all(done)):
+        return _TableState(done, overwrite=False)
+    return _TableState([], overwrite=True)
+
+
+class _TableLoad:
+    """One table's ranges read on the pool, each written as one commit (see the module doc)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        snap: ExportedSnapshot,
+        plan: TablePlan,
+        open_table: Callable[[], HudiTable],
+        concurrent: bool,
+        table_id: str,
+        topic_prefix: str,
+        write_options: dict[str, str],
+        relfilenode: int,
+        total_pages: int,
+        overwrite: bool,
+        progress: Progress,
+    ) -> None:
+        self.conninfo = conninfo
+        self.snap = snap
+        self.plan = plan
+        self.open_table = open_table
+        self.hudi = open_table()
+        # Merge-on-Read with the bucket index (NBCC): once the buckets' file groups exist, ranges
+        # commit concurrently as ``insert``s, appends to their logs that NBCC never conflict-checks
+        self.concurrent = concurrent
+        self._appending = threading.Event()
+        if concurrent and not overwrite and self.hudi.schema() is not None:
+            self._appending.set()
+        self.table_id = table_id
+        self.topic_prefix = topic_prefix
+        self.write_options = write_options
+        self.relfilenode = relfilenode
+        self.total_pages = total_pages
+        self.overwrite = overwrite  # the first commit replaces what the table holds
+        self.progress = progress
+        self.committed = 0
+        self.stop = threading.Event()
+        self._write_lock = threading.Lock()
+        self._count_lock = threading.Lock()
+        self._csv = csv_options(self.plan, block_size=4 << 20)
+
+    def run(self, page_range: PageRange) -> int:
+        """Read one range in the snapshot and commit it; its row count."""
+        if self.stop.is_set():
+            return 0
+        parts: list[pa.Table] = []
+        with snapshot_connection(self.conninfo, self.snap.name) as conn:
+            try:
+                for batch in stream_copy(conn, self.plan.copy_statement(page_range.where()), self._csv):
+                    if self.stop.is_set():
+                        # read on to the end (keeping nothing): leaving Arrow's reader midway
+                        # would close the COPY under its read-ahead thread
+                        parts.clear()
+                        continue
+                    parts.append(typed(self.plan, batch))
+                    self.progress.add_rows(batch.num_rows)
+                if self.stop.is_set():
+                    return 0
+            except psycopg.errors.DataError as e:
+                why = refusal(e) or str(e).strip().splitlines()[0]
+                raise LoadError(f"{self.plan.schema}.{self.plan.table}: {why}") from None
+        if parts:
+            rows = pa.concat_tables(parts)
+        else:
+            rows = pa.schema([pa.field(c.name, c.target) for c in self.plan.columns]).empty_table()
+        del parts
+        data = with_event_columns(rows, SNAPSHOT_ORDERING, self.topic_prefix)
+        written = False
+        if not self._appending.is_set():
+            with self._write_lock:  # one commit at a time; the first one creates the file groups
+                if self.stop.is_set():
+                    return 0
+                if not self._appending.is_set():
+                    if data.num_rows or self.overwrite:
+                        self._write(data, page_range, self.hudi)
+                        if self.concurrent:
+                            self._appending.set()
+                    written = True
+        if not written:  # appends, concurrently (the bulk_insert that NBCC checks is behind us)
+            if self.stop.is_set():
+                return 0
+            if data.num_rows:
+                self._write(data, page_range, self.open_table(), "insert")
+        crash_point(AFTER_RANGE)
+        self.progress.add_pages(page_range.pages(self.total_pages))
+        return int(data.num_rows)
+
+    def _write(
+        self, data: pa.Table, page_range: PageRange | None, hudi: HudiTable, op: str = "bulk_insert"
+    ) -> None:
+        if self.overwrite:
+            op = "insert_overwrite_table"
+        extra = {LOAD_LSN_KEY: str(self.snap.lsn), LOAD_RELFILENODE_KEY: str(self.relfilenode)}
+        if page_range is not None:
+            extra[LOAD_RANGE_KEY] = page_range.text()
+        hudi.write(data, op, dict(self.write_options), extra_metadata=extra)
+        self.overwrite = False
+        with self._count_lock:
+            self.committed += 1
+
+    def clear(self) -> None:
+        """Empty the table (a range was refused after others were committed): no rows of a table
+        left to Debezium's snapshot stay behind."""
+        empty = pa.schema([pa.field(c.name, c.target) for c in self.plan.columns]).empty_table()
+        with self._write_lock:
+            self.overwrite = True
+            self._write(
+                with_event_columns(empty, SNAPSHOT_ORDERING, self.topic_prefix), None, self.open_table()
+            )
+
+
+def _load_ranges(work: _TableLoad, ranges: list[PageRange], workers: int) -> int:
+    """Run every range on a pool of ``workers`` threads; the rows loaded. The first failure stops
+    the ranges not started and is raised once the running ones end."""
+    rows = 0
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="inlet-load") as pool:
+        futures = [pool.submit(work.run, r) for r in ranges]
+        try:
+            for done in as_completed(futures):
+                rows += done.result()
+        except BaseException:
+            work.stop.set()
+            for f in futures:
+                f.cancel()
+            raise
+    if work.overwrite:  # every range was empty: the table still has to lose what it held
+        work.clear()
+    return rows
+
+
 def load(
     conninfo: str,
     globs: Sequence[str],
@@ -482,23 +718,26 @@ def load(
     publication: str,
     rules: Sequence[tables.TableRule] = (),
     replace_slot: bool = False,
+    resume: bool = False,
+    options: LoadOptions | None = None,
 ) -> LoadSummary:
     """Create ``slot`` and load every matching table as of its consistent point (see the module doc).
 
-    A table already holding data (a load that stopped half-way before streaming began) is
-    overwritten (``insert_overwrite_table``), never appended to; ``replace_slot`` drops the slot
-    such a load left (see :func:`exported_snapshot`).
+    Each table is split into ranges of ``options.pages_per_range`` pages read on
+    ``options.workers`` threads, one commit per range. A table already holding data (a load that
+    stopped half-way before streaming began) is overwritten (``insert_overwrite_table`` as its first
+    commit), never appended to; ``replace_slot`` drops the slot such a load left (see
+    :func:`exported_snapshot`), ``resume`` keeps it and loads only the ranges left.
     """
+    opts = options or LoadOptions()
     summary = LoadSummary()
     catalog = PostgresCatalog(conninfo)
     try:
         with (
-            exported_snapshot(conninfo, slot, publication, replace_slot) as snap,
-            psycopg.connect(conninfo) as conn,
+            exported_snapshot(conninfo, slot, publication, replace_slot, resume) as snap,
+            snapshot_connection(conninfo, snap.name) as conn,
         ):
             summary.lsn = snap.lsn
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snap.name)))
             database = conn.info.dbname
             found = matching_tables(conn, globs)
             log_event(
@@ -508,40 +747,91 @@ def load(
                 slot=slot,
                 lsn=snap.lsn,
                 tables=len(found),
+                resumed=snap.resumed,
+                workers=opts.workers,
+                pages_per_range=opts.pages_per_range,
             )
-            with tempfile.TemporaryDirectory(prefix="inlet-load-") as workdir:
-                for schema, table in found:
-                    started = time.monotonic()
-                    try:
-                        plan = plan_table(catalog, conn, schema, table)
-                        rows = _read_or_refuse(conn, plan, Path(workdir))
-                    except LoadError as e:
-                        summary.skipped[f"{schema}.{table}"] = str(e)
-                        log_event(
-                            log,
-                            logging.INFO,
-                            "initial load: left to Debezium's snapshot",
-                            table=f"{schema}.{table}",
-                            reason=str(e),
-                        )
-                        continue
-                    data = with_event_columns(rows, SNAPSHOT_ORDERING, topic_prefix)
-                    table_id = f"{topic_prefix}.{schema}.{table}"
-                    settings = tables.settings_for(rules, table_id)
-                    path = tables.ensure_table(
-                        client, table_id, lake_root, database, schema, table, plan.keys, settings
+            for schema, table in found:
+                try:
+                    result = _load_table(
+                        conninfo,
+                        conn,
+                        catalog,
+                        snap,
+                        schema,
+                        table,
+                        client,
+                        lake_root,
+                        database,
+                        topic_prefix,
+                        rules,
+                        opts,
                     )
-                    hudi = HudiTable.open(
-                        path, commit_protocol=GrpcCommitProtocol(client, table_id, Storage(path))
+                except LoadError as e:
+                    summary.skipped[f"{schema}.{table}"] = str(e)
+                    log_event(
+                        log,
+                        logging.INFO,
+                        "initial load: left to Debezium's snapshot",
+                        table=f"{schema}.{table}",
+                        reason=str(e),
                     )
-                    op = "bulk_insert" if hudi.schema() is None else "insert_overwrite_table"
-                    if data.num_rows or op != "bulk_insert":
-                        hudi.write(
-                            data, op, dict(settings.options), extra_metadata={LOAD_LSN_KEY: str(snap.lsn)}
-                        )
-                    result = LoadResult(table_id, path, data.num_rows, round(time.monotonic() - started, 3))
-                    summary.loaded.append(result)
-                    log_event(log, logging.INFO, "initial load: table loaded", **dataclasses.asdict(result))
+                    continue
+                summary.loaded.append(result)
+                log_event(log, logging.INFO, "initial load: table loaded", **dataclasses.asdict(result))
     finally:
         catalog.close()
     return summary
+
+
+def _load_table(
+    conninfo: str,
+    conn: psycopg.Connection[Any],
+    catalog: PostgresCatalog,
+    snap: ExportedSnapshot,
+    schema: str,
+    table: str,
+    client: CoordinatorClient,
+    lake_root: str,
+    database: str,
+    topic_prefix: str,
+    rules: Sequence[tables.TableRule],
+    opts: LoadOptions,
+) -> LoadResult:
+    started = time.monotonic()
+    plan = plan_table(catalog, conn, schema, table)
+    pages, relfilenode = table_pages(conn, schema, table)
+    table_id = f"{topic_prefix}.{schema}.{table}"
+    settings = tables.settings_for(rules, table_id)
+    path = tables.ensure_table(client, table_id, lake_root, database, schema, table, plan.keys, settings)
+
+    def open_table() -> HudiTable:  # a handle per commit: concurrent commits share none
+        return HudiTable.open(path, commit_protocol=GrpcCommitProtocol(client, table_id, Storage(path)))
+
+    state = _table_state(open_table(), snap.lsn, relfilenode, resumable=settings.nbcc)
+    ranges = ranges_left(pages, opts.pages_per_range, state.done)
+    progress = Progress(table_id, sum(r.pages(pages) for r in ranges), opts.progress_interval_s)
+    work = _TableLoad(
+        conninfo,
+        snap,
+        plan,
+        open_table,
+        settings.nbcc,
+        table_id,
+        topic_prefix,
+        {LOG_BLOCK_FORMAT: "parquet", **settings.options},
+        relfilenode,
+        pages,
+        state.overwrite,
+        progress,
+    )
+    try:
+        rows = _load_ranges(work, ranges, opts.workers)
+    except LoadError:
+        if work.committed or state.done or state.overwrite:
+            work.clear()
+        raise
+    progress.report("initial load: table read")
+    return LoadResult(
+        table_id, path, rows, round(time.monotonic() - started, 3), len(ranges), len(state.done)
+    )

@@ -1,0 +1,246 @@
+"""Initial load speed and memory: N rows x 20 columns from PostgreSQL into the lake by ``COPY``.
+
+    .venv/bin/python benchmarks/initial_load.py [--rows 1000000] [--paths new,old] [--workers 2]
+                                                [--pages-per-range 4096]
+
+What runs, on this machine: an embedded PostgreSQL in a temporary directory and the commit
+coordinator in this process; ``items`` (id bigint primary key and 19 more columns: smallint, int,
+bigint, text x2, varchar, numeric(12,2), numeric, double x2, boolean, date, timestamp, timestamptz
+x2, uuid, jsonb, int[], bytea) gets N rows; then each path loads it, in its own child process (so
+each one's peak RSS is its own), into its own lake:
+
+- ``new``: :func:`inlet.services.writer.initial_load.load` (``inlet writer load``): CTID ranges
+  read in the slot's exported snapshot on ``--workers`` connections, COPY streamed into Arrow, one
+  ``bulk_insert`` commit per range;
+- ``old``: the load before ranges, rebuilt from the same module's parts: the whole table COPYed
+  to one CSV file in the snapshot, read into one Arrow table, written in one ``bulk_insert``.
+
+Printed per path: rows, wall seconds, rows/s, CPU seconds of the loading process and of
+PostgreSQL (the postmaster, its live processes and the backends it reaped), rows per CPU-second
+(both together), and the loading process's peak RSS (``getrusage``). The machine's other load
+counts in the wall time: the CPU-second figures are the steadier ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from inlet.services.coordinator.config import CoordinatorConfig
+from inlet.services.coordinator.server import serve
+from inlet.services.stack.postgres import EmbeddedPostgres
+
+TABLE_SQL = """
+CREATE TABLE items (
+    id      bigint PRIMARY KEY,
+    small   smallint,
+    qty     int,
+    big     bigint,
+    name    text,
+    note    text,
+    code    varchar(16),
+    price   numeric(12,2),
+    loose   numeric,
+    score   double precision,
+    ratio   double precision,
+    active  boolean,
+    born    date,
+    seen    timestamp,
+    at      timestamptz,
+    changed timestamptz,
+    uid     uuid,
+    doc     jsonb,
+    nums    int[],
+    raw     bytea
+)
+"""
+FILL_SQL = """
+INSERT INTO items
+SELECT g, (g %% 30000)::smallint, g %% 1000, g * 7919, 'name ' || g, 'a note about row ' || g || ' of the table',
+       'c' || (g %% 997), (g * 1.37)::numeric(12,2),
+       CASE WHEN g %% 11 = 0 THEN NULL ELSE (g / 7.0)::numeric END, g / 9.0, g * 0.001, g %% 2 = 0,
+       date '2000-01-01' + (g %% 9000)::int, timestamp '2020-02-29 12:34:56.123456' + g * interval '1 second',
+       timestamptz '2021-06-01 00:00:00+02' + g * interval '1 minute',
+       CASE WHEN g %% 3 = 0 THEN NULL ELSE timestamptz '2024-01-01 00:00:00Z' + g * interval '1 ms' END,
+       md5(g::text)::uuid, jsonb_build_object('g', g), CASE WHEN g %% 4 = 0 THEN NULL ELSE ARRAY[g, g + 1] END,
+       CASE WHEN g %% 5 = 0 THEN NULL ELSE int8send(g) END
+FROM generate_series(%s::bigint, %s::bigint) g
+"""
+
+
+def _cpu_of(pid: int) -> float:
+    """CPU seconds of a process, its reaped children, and its live children (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(p: int | str) -> list[str]:
+        text = Path(f"/proc/{p}/stat").read_text()
+        return text[text.rindex(")") + 2 :].split()
+
+    fields = stat(pid)
+    total = sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        try:
+            f = stat(child)
+        except OSError:
+            continue
+        total += int(f[11]) + int(f[12])
+    return total / tick
+
+
+def child(args: argparse.Namespace) -> int:
+    """One path's load in this (child) process; prints its numbers as JSON."""
+    from inlet.services import logs
+    from inlet.services.coordinator_client.client import CoordinatorClient
+    from inlet.services.writer import initial_load
+
+    logs.configure(level="INFO" if args.progress else "WARNING")
+    started = time.monotonic()
+    cpu0 = time.process_time()
+    with CoordinatorClient(args.coordinator) as client:
+        if args.path == "new":
+            summary = initial_load.load(
+                args.url,
+                ["public.items"],
+                client=client,
+                lake_root=args.lake,
+                topic_prefix="new",
+                slot="bench_new",
+                publication="bench_pub",
+                options=initial_load.LoadOptions(workers=args.workers, pages_per_range=args.pages_per_range),
+            )
+            rows = summary.loaded[0].rows
+        else:
+            rows = _old_load(args.url, client, args.lake)
+    seconds = time.monotonic() - started
+    cpu = time.process_time() - cpu0
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"rows": rows, "seconds": seconds, "cpu": cpu, "peak_mib": peak_kib / 1024}))
+    return 0
+
+
+def _old_load(url: str, client: Any, lake: str) -> int:
+    """The load before ranges: one CSV spool, one Arrow table, one bulk_insert."""
+    from inlet.core import HudiTable
+    from inlet.core.storage import Storage
+    from inlet.services.cdc_consumer import PostgresCatalog
+    from inlet.services.coordinator_client.client import GrpcCommitProtocol
+    from inlet.services.writer import initial_load, tables
+    from inlet.services.writer.rows import SNAPSHOT_ORDERING
+
+    catalog = PostgresCatalog(url)
+    try:
+        with (
+            initial_load.exported_snapshot(url, "bench_old", "bench_pub") as snap,
+            psycopg.connect(url) as conn,
+            tempfile.TemporaryDirectory(prefix="inlet-bench-old-") as workdir,
+        ):
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            conn.execute(f"SET TRANSACTION SNAPSHOT '{snap.name}'")  # type: ignore[arg-type]
+            plan = initial_load.plan_table(catalog, conn, "public", "items")
+            data = initial_load.with_event_columns(
+                initial_load.read_table(conn, plan, Path(workdir)), SNAPSHOT_ORDERING, "old"
+            )
+            table_id = "old.public.items"
+            settings = tables.TableSettings()
+            path = tables.ensure_table(
+                client, table_id, lake, "bench", "public", "items", plan.keys, settings
+            )
+            hudi = HudiTable.open(path, commit_protocol=GrpcCommitProtocol(client, table_id, Storage(path)))
+            hudi.write(data, "bulk_insert", {}, extra_metadata={initial_load.LOAD_LSN_KEY: str(snap.lsn)})
+            return int(data.num_rows)
+    finally:
+        catalog.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--paths", default="new,old", help="comma-separated: new, old")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--pages-per-range", type=int, default=4096)
+    ap.add_argument("--progress", action="store_true", help="the load's INFO lines on stderr")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    ap.add_argument("--coordinator", help=argparse.SUPPRESS)
+    ap.add_argument("--lake", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    n = args.rows
+    results = []
+    with tempfile.TemporaryDirectory(prefix="inlet-bench-load-") as tmp:
+        pg = EmbeddedPostgres(Path(tmp) / "pg")
+        pg.start()
+        try:
+            url = pg.create_database("bench")
+            started = time.monotonic()
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(TABLE_SQL)  # type: ignore[arg-type]
+                for lo in range(1, n + 1, 250_000):
+                    conn.execute(FILL_SQL, (lo, min(n, lo + 249_999)))  # type: ignore[arg-type]
+                conn.execute("VACUUM ANALYZE items")
+                [(size,)] = conn.execute("SELECT pg_relation_size('items')").fetchall()
+            print(
+                f"setup: {n:,} rows x 20 columns ({size / 2**20:,.0f} MiB of heap) in "
+                f"{time.monotonic() - started:.1f} s",
+                flush=True,
+            )
+            lakes = {p: Path(tmp) / f"lake-{p}" for p in ("new", "old")}
+            for d in lakes.values():
+                d.mkdir()
+            server = serve(
+                CoordinatorConfig(
+                    listen="127.0.0.1:0",
+                    database_url=url,
+                    lake_roots=tuple(str(d) for d in lakes.values()),
+                    insecure=True,
+                    grace_s=1.0,
+                )
+            )
+            try:
+                for path in [p.strip() for p in args.paths.split(",") if p.strip()]:
+                    pg_cpu0 = _cpu_of(pg.pid or 0)
+                    argv = [sys.executable, __file__, "--child", "--path", path, "--url", url]
+                    argv += ["--coordinator", server.address, "--lake", str(lakes[path])]
+                    argv += ["--workers", str(args.workers), "--pages-per-range", str(args.pages_per_range)]
+                    if args.progress:
+                        argv.append("--progress")
+                    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
+                    pg_cpu = _cpu_of(pg.pid or 0) - pg_cpu0
+                    results.append((path, json.loads(done.stdout.strip().splitlines()[-1]), pg_cpu))
+                    with psycopg.connect(url, autocommit=True) as conn:
+                        conn.execute("SELECT pg_drop_replication_slot(%s)", (f"bench_{path}",))
+            finally:
+                server.stop(0)
+        finally:
+            pg.stop()
+    print(
+        f"{'path':<5} {'rows':>11} {'seconds':>8} {'rows/s':>9} {'load cpu s':>10} {'pg cpu s':>9} "
+        f"{'rows/cpu-s':>10} {'peak RSS MiB':>12}"
+    )
+    for path, r, pg_cpu in results:
+        cpu = r["cpu"] + pg_cpu
+        print(
+            f"{path:<5} {r['rows']:>11,} {r['seconds']:>8.1f} {r['rows'] / r['seconds']:>9,.0f} "
+            f"{r['cpu']:>10.1f} {pg_cpu:>9.1f} {r['rows'] / cpu:>10,.0f} {r['peak_mib']:>12,.0f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

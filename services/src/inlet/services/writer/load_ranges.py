@@ -1,0 +1,229 @@
+"""The pieces of a parallel initial load: a table's CTID ranges, one range's COPY streamed into Arrow
+batches in an imported snapshot, and the per-table progress line.
+
+A range is a span of heap pages ``[start, end)`` read with ``WHERE ctid >= '(start,0)' AND ctid <
+'(end,0)'`` (a TID range scan on PostgreSQL 14+, reading only those pages); the last range of a table
+has no end, so tuples in pages added after the table's size was taken are never missed. Ranges are
+recorded in the load's commits as ``start:end`` (``start:`` for the open last one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+from pyarrow import csv
+
+from inlet.services.logs import log_event
+
+log = logging.getLogger("inlet.writer.initial_load")
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class PageRange:
+    """Heap pages ``[start, end)``; ``end`` None: to the end of the table."""
+
+    start: int
+    end: int | None
+
+    def where(self) -> str:
+        """The ``WHERE`` condition selecting the tuples of these pages ("" for the whole table)."""
+        parts = []
+        if self.start > 0:
+            parts.append(f"ctid >= '({self.start},0)'::tid")
+        if self.end is not None:
+            parts.append(f"ctid < '({self.end},0)'::tid")
+        return " AND ".join(parts)
+
+    def text(self) -> str:
+        return f"{self.start}:{'' if self.end is None else self.end}"
+
+    @classmethod
+    def parse(cls, text: str) -> PageRange:
+        start, _, end = text.partition(":")
+        return cls(int(start), int(end) if end else None)
+
+    def pages(self, total: int) -> int:
+        """How many of the table's ``total`` pages (as measured) this range covers."""
+        return max(0, min(total, self.end if self.end is not None else total) - self.start)
+
+
+def ranges_left(total_pages: int, per_range: int, done: Iterable[PageRange]) -> list[PageRange]:
+    """The ranges of at most ``per_range`` pages covering every page not in ``done`` (a table of
+    ``total_pages`` pages); the last one is open-ended unless ``done`` covers the end."""
+    if per_range < 1:
+        raise ValueError("pages per range must be at least 1")
+    left: list[PageRange] = []
+
+    def span(start: int, end: int | None) -> None:
+        stop = total_pages if end is None else end
+        while start + per_range < stop:
+            left.append(PageRange(start, start + per_range))
+            start += per_range
+        if end is None:
+            left.append(PageRange(start, None))
+        elif start < end:
+            left.append(PageRange(start, end))
+
+    pos: int | None = 0
+    for r in sorted(done):
+        if pos is None:
+            break
+        if r.start > pos:
+            span(pos, r.start)
+        pos = None if r.end is None else max(pos, r.end)
+    if pos is not None:
+        span(pos, None)
+    return left
+
+
+def covers_all(done: Iterable[PageRange]) -> bool:
+    """``done`` covers every page, from 0 to the open end."""
+    return not ranges_left(1, 1, done)
+
+
+def table_pages(conn: psycopg.Connection[Any], schema: str, table: str) -> tuple[int, int]:
+    """The table's size in pages (for a partitioned table: its largest partition, whose pages bound
+    every partition's ctids) and its relfilenode (0 for a partitioned one), as of now. Rows the
+    snapshot sees are in pages that existed when it was taken, and relations do not shrink below a
+    tuple an open snapshot can see, so the size taken after the snapshot covers them."""
+    row = conn.execute(
+        """SELECT c.oid, c.relkind, c.relfilenode FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s AND c.relname = %s""",
+        (schema, table),
+    ).fetchone()
+    assert row is not None, f"{schema}.{table} vanished"
+    oid, kind, relfilenode = row
+    block = int(conn.execute("SELECT current_setting('block_size')::int").fetchone()[0])  # type: ignore[index]
+    if kind == "p":
+        size = conn.execute(
+            "SELECT coalesce(max(pg_relation_size(relid)), 0) FROM pg_partition_tree(%s) WHERE isleaf", (oid,)
+        ).fetchone()
+    else:
+        size = conn.execute("SELECT pg_relation_size(%s)", (oid,)).fetchone()
+    assert size is not None
+    return int(size[0]) // block, int(relfilenode)
+
+
+class _CopyStream(io.RawIOBase):
+    """A ``COPY ... TO STDOUT`` as a readable binary stream (what Arrow's streaming reader reads)."""
+
+    def __init__(self, chunks: Iterator[Any]) -> None:
+        self._chunks = chunks
+        self._pending = memoryview(b"")
+        self.bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        filled = 0
+        while filled < len(view):
+            if not self._pending:
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
+                self._pending = memoryview(chunk).cast("B")
+            take = min(len(view) - filled, len(self._pending))
+            view[filled : filled + take] = self._pending[:take]
+            self._pending = self._pending[take:]
+            filled += take
+        self.bytes += filled
+        return filled
+
+
+def snapshot_connection(conninfo: str, snapshot: str) -> psycopg.Connection[Any]:
+    """A connection in a read-only repeatable-read transaction that imports ``snapshot``."""
+    conn = psycopg.connect(conninfo)
+    try:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def stream_copy(
+    conn: psycopg.Connection[Any],
+    statement: str,
+    options: tuple[csv.ReadOptions, csv.ParseOptions, csv.ConvertOptions],
+) -> Iterator[pa.RecordBatch]:
+    """Run a ``COPY ... TO STDOUT (FORMAT csv)`` and yield its rows as Arrow batches, parsed while
+    the rows arrive (never more than a few CSV blocks in memory)."""
+    with conn.cursor().copy(statement) as copy:
+        chunks = iter(copy)
+        first = next(chunks, None)
+        if first is None:  # no rows: Arrow's reader refuses an empty input
+            return
+
+        def all_chunks() -> Iterator[Any]:
+            yield first
+            yield from chunks
+
+        read_options, parse_options, convert_options = options
+        stream = io.BufferedReader(_CopyStream(all_chunks()), buffer_size=1 << 20)
+        reader = csv.open_csv(
+            stream, read_options=read_options, parse_options=parse_options, convert_options=convert_options
+        )
+        yield from reader
+        for _ in chunks:  # drain (the reader stops at the end of the data)
+            pass
+
+
+class Progress:
+    """One table's load progress: rows so far, rows/s and the ETA (by pages left), at INFO at most
+    every ``interval_s`` while the table loads, and once at the end."""
+
+    def __init__(
+        self, table_id: str, pages: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.table_id = table_id
+        self.pages = max(pages, 1)
+        self.interval_s = interval_s
+        self.rows = 0
+        self.pages_done = 0
+        self._clock = clock
+        self.started = clock()
+        self._last = self.started
+        self._lock = threading.Lock()
+
+    def add_rows(self, n: int) -> None:
+        with self._lock:
+            self.rows += n
+            now = self._clock()
+            due = now - self._last >= self.interval_s
+            if due:
+                self._last = now
+        if due:
+            self.report("initial load: loading")
+
+    def add_pages(self, n: int) -> None:
+        with self._lock:
+            self.pages_done += n
+
+    def fields(self) -> dict[str, Any]:
+        elapsed = max(self._clock() - self.started, 1e-9)
+        rate = self.rows / elapsed
+        fraction = min(self.pages_done / self.pages, 1.0)
+        eta = round(elapsed * (1 - fraction) / fraction, 1) if fraction > 0 else None
+        return {
+            "table": self.table_id,
+            "rows": self.rows,
+            "rows_per_s": round(rate),
+            "pages_done": self.pages_done,
+            "pages": self.pages,
+            "eta_s": eta,
+        }
+
+    def report(self, message: str) -> None:
+        log_event(log, logging.INFO, message, **self.fields())
