@@ -12,7 +12,6 @@ database or schema on the source; the only objects made there are the slot and t
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import re
 import time
@@ -27,6 +26,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from inlet.services.stack.processes import StackError
+from inlet.services.writer.initial_load import matching_tables
 
 CONNECT_TIMEOUT_S = 10
 _SHOWN_TABLES = 5
@@ -105,17 +105,6 @@ class SourceCheck:
     tables: list[tuple[str, str]] = field(default_factory=list)  # the tables --tables matches
     publication_exists: bool = False
     publication_owned: bool = False  # by the role, and not FOR ALL TABLES: Debezium may alter it
-
-
-def matching_tables(conn: psycopg.Connection[Any], globs: Sequence[str]) -> list[tuple[str, str]]:
-    """The ordinary and partitioned tables whose ``schema.table`` matches one of ``globs``."""
-    rows = conn.execute(
-        """SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
-             AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%%'
-           ORDER BY 1, 2"""
-    ).fetchall()
-    return [(s, t) for s, t in rows if any(fnmatch.fnmatchcase(f"{s}.{t}", g) for g in globs)]
 
 
 def preflight(url: str, globs: Sequence[str], name: str) -> SourceCheck:
