@@ -206,8 +206,10 @@ class Tx:
 
     def __init__(self, cur: psycopg.Cursor[dict[str, Any]]) -> None:
         self.cur = cur
+        # pending instants read in this transaction, by table; dropped by every write to instants
+        self._pending: dict[str, list[InstantRow]] = {}
 
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+    def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
         self.cur.execute(sql, params)
         return self.cur.fetchone()
 
@@ -255,24 +257,6 @@ class Tx:
         )
         return self.cur.rowcount == 1
 
-    def set_last_instant_time(self, table_id: str, time: str) -> None:
-        self.cur.execute(
-            """
-            UPDATE coordinator_tables SET last_instant_time = %s
-            WHERE table_id = %s AND (last_instant_time IS NULL OR last_instant_time < %s)
-            """,
-            (time, table_id, time),
-        )
-
-    def next_sequence(self, table_id: str) -> int:
-        row = self._one(
-            "UPDATE coordinator_tables SET last_sequence = last_sequence + 1 WHERE table_id = %s "
-            "RETURNING last_sequence",
-            (table_id,),
-        )
-        assert row is not None
-        return int(row["last_sequence"])
-
     # ------------------------------------------------------------------ instants
 
     def instant(self, table_id: str, time: str, lock: bool = False) -> InstantRow | None:
@@ -288,11 +272,28 @@ class Tx:
         return _instant(row) if row else None
 
     def pending_instants(self, table_id: str) -> list[InstantRow]:
-        rows = self._all(
-            f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND state = ANY(%s) ORDER BY instant_time",
-            (table_id, list(PENDING_STATES)),
-        )
-        return [_instant(r) for r in rows]
+        if table_id not in self._pending:
+            rows = self._all(
+                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND state = ANY(%s) "
+                "ORDER BY instant_time",
+                (table_id, list(PENDING_STATES)),
+            )
+            self._pending[table_id] = [_instant(r) for r in rows]
+        return list(self._pending[table_id])
+
+    def instant_and_pending(self, table_id: str, time: str) -> InstantRow | None:
+        """:meth:`instant` and :meth:`pending_instants` (kept for this transaction) in one query.
+        Takes no row lock on the instant: its state only changes under the table's row lock."""
+        rows = [
+            _instant(r)
+            for r in self._all(
+                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
+                "AND (instant_time = %s OR state = ANY(%s)) ORDER BY instant_time",
+                (table_id, time, list(PENDING_STATES)),
+            )
+        ]
+        self._pending[table_id] = [r for r in rows if r.pending]
+        return next((r for r in rows if r.instant_time == time), None)
 
     def instants(self, table_id: str) -> list[InstantRow]:
         rows = self._all(
@@ -310,6 +311,7 @@ class Tx:
         begin_request_id: str | None = None,
         rollback_target: str | None = None,
     ) -> None:
+        self._pending.clear()
         self.cur.execute(
             """
             INSERT INTO instants (table_id, instant_time, action, state, writer_id, begin_request_id,
@@ -319,9 +321,42 @@ class Tx:
             (table_id, time, action, state, writer_id, begin_request_id, rollback_target),
         )
 
+    def issue_instant(
+        self,
+        table_id: str,
+        time: str,
+        action: str,
+        writer_id: str,
+        begin_request_id: str | None,
+        rollback_target: str | None,
+    ) -> None:
+        """Insert a new requested instant and make its time the table's last issued one (one
+        statement: one round trip while the table's row is locked)."""
+        self._pending.clear()
+        self.cur.execute(
+            """
+            WITH issued AS (
+              INSERT INTO instants (table_id, instant_time, action, state, writer_id, begin_request_id,
+                rollback_target)
+              VALUES (%(table)s, %(time)s, %(action)s, 'REQUESTED', %(writer)s, %(request)s, %(target)s)
+            )
+            UPDATE coordinator_tables SET last_instant_time = %(time)s
+            WHERE table_id = %(table)s AND (last_instant_time IS NULL OR last_instant_time < %(time)s)
+            """,
+            {
+                "table": table_id,
+                "time": time,
+                "action": action,
+                "writer": writer_id,
+                "request": begin_request_id,
+                "target": rollback_target,
+            },
+        )
+
     def set_inflight(
         self, table_id: str, time: str, planned: set[tuple[str, str]] | None, operation_type: str | None
     ) -> None:
+        self._pending.clear()
         self.cur.execute(
             """
             UPDATE instants SET state = 'INFLIGHT', heartbeat_at = clock_timestamp(), updated_at = clock_timestamp(),
@@ -345,18 +380,44 @@ class Tx:
         completed_action: str,
         request_id: str | None,
         operation_type: str | None,
-    ) -> None:
-        self.cur.execute(
+        event_id: str,
+    ) -> int | None:
+        """Record a completion, make its completion time the table's last issued time and, unless
+        the completion's outbox row ``event_id`` exists, take the table's next outbox sequence
+        (returned; None if the row exists). One statement: one round trip under the row lock."""
+        self._pending.clear()
+        row = self._one(
             """
-            UPDATE instants SET state = 'COMPLETED', completion_time = %s, completed_action = %s,
-              complete_request_id = COALESCE(%s, complete_request_id),
-              operation_type = COALESCE(%s, operation_type), updated_at = clock_timestamp()
-            WHERE table_id = %s AND instant_time = %s
+            WITH done AS (
+              UPDATE instants SET state = 'COMPLETED', completion_time = %(completion)s,
+                completed_action = %(action)s, complete_request_id = COALESCE(%(request)s, complete_request_id),
+                operation_type = COALESCE(%(operation)s, operation_type), updated_at = clock_timestamp()
+              WHERE table_id = %(table)s AND instant_time = %(time)s
+            ), announced AS (
+              SELECT EXISTS (SELECT 1 FROM outbox WHERE event_id = %(event)s) AS present
+            )
+            UPDATE coordinator_tables SET
+              last_instant_time = CASE WHEN last_instant_time IS NULL OR last_instant_time < %(completion)s
+                THEN %(completion)s ELSE last_instant_time END,
+              last_sequence = last_sequence + CASE WHEN announced.present THEN 0 ELSE 1 END
+            FROM announced WHERE table_id = %(table)s
+            RETURNING last_sequence, announced.present
             """,
-            (completion_time, completed_action, request_id, operation_type, table_id, time),
+            {
+                "completion": completion_time,
+                "action": completed_action,
+                "request": request_id,
+                "operation": operation_type,
+                "table": table_id,
+                "time": time,
+                "event": event_id,
+            },
         )
+        assert row is not None
+        return None if row["present"] else int(row["last_sequence"])
 
     def set_rolled_back(self, table_id: str, time: str, by: str | None) -> None:
+        self._pending.clear()
         self.cur.execute(
             """
             UPDATE instants SET state = 'ROLLED_BACK', rolled_back_by = COALESCE(%s, rolled_back_by),
@@ -367,6 +428,7 @@ class Tx:
         )
 
     def set_rolling_back(self, table_id: str, time: str, by: str) -> None:
+        self._pending.clear()
         self.cur.execute(
             "UPDATE instants SET rolled_back_by = %s, updated_at = clock_timestamp() "
             "WHERE table_id = %s AND instant_time = %s",
@@ -375,6 +437,7 @@ class Tx:
 
     def claim(self, table_id: str, time: str, writer_id: str) -> None:
         """Make ``writer_id`` the owner of an instant and refresh its heartbeat (a takeover)."""
+        self._pending.clear()
         self.cur.execute(
             "UPDATE instants SET writer_id = %s, heartbeat_at = clock_timestamp() "
             "WHERE table_id = %s AND instant_time = %s",
@@ -383,6 +446,7 @@ class Tx:
 
     def heartbeat(self, table_id: str, time: str) -> bool:
         """Refresh the heartbeat of a pending instant that is not being rolled back."""
+        self._pending.clear()
         self.cur.execute(
             """
             UPDATE instants SET heartbeat_at = clock_timestamp()
@@ -411,6 +475,7 @@ class Tx:
     def prune_instants(self, older_than_ms: int) -> int:
         """Forget completed and rolled-back instants last changed more than ``older_than_ms`` ago
         (their idempotency records; the timeline keeps the instants themselves)."""
+        self._pending.clear()
         self.cur.execute(
             """
             DELETE FROM instants WHERE state IN ('COMPLETED', 'ROLLED_BACK')
@@ -429,9 +494,6 @@ class Tx:
             (event_id, table_id, sequence, payload),
         )
         return self.cur.rowcount == 1
-
-    def has_outbox(self, event_id: str) -> bool:
-        return self._one("SELECT 1 AS x FROM outbox WHERE event_id = %s", (event_id,)) is not None
 
     # ------------------------------------------------------------------ leases
 
