@@ -136,6 +136,12 @@ class Timeline:
             cache[instant] = cached
         return cached
 
+    def remember_metadata(self, instant: Instant, metadata: CommitMetadata) -> None:
+        """Keep the metadata of a completed instant its caller just wrote (``metadata`` is what the
+        file holds), for the snapshots that share this one's cache."""
+        if instant.is_completed:
+            self._completed_metadata[instant] = metadata
+
     def latest_schema(self, as_of: str | None = None) -> str | None:
         """The writer schema (Avro JSON) of the latest completed write that recorded one."""
         for inst in reversed(self.completed_writes()):

@@ -565,8 +565,10 @@ class Coordinator:
             if metadata is not None:
                 self._check_source_offsets(table, tl, metadata)
             done = current.with_state(State.COMPLETED, self._next_time(table, tl))
-            self._record(tx, table, tl, done, data, request_id or None)
+            self._record(tx, table, tl, done, data, request_id or None, metadata)
             self.storage(table).write_atomic(tl.path_of(done), data)
+            if metadata is not None:  # the next commit's conflict check and fence need not read it
+                tl.remember_metadata(done, metadata)
         log.info("completed %s %s at %s on %s", done.action, t, done.completion_time, table_id)
         return Completion(done, eid)
 
@@ -632,12 +634,19 @@ class Coordinator:
                 )
 
     def _record(
-        self, tx: Tx, table: TableRow, tl: Timeline, done: Instant, data: bytes | None, request_id: str | None
+        self,
+        tx: Tx,
+        table: TableRow,
+        tl: Timeline,
+        done: Instant,
+        data: bytes | None,
+        request_id: str | None,
+        metadata: CommitMetadata | None = None,
     ) -> None:
-        """Record a completion and its outbox row (in the caller's transaction)."""
+        """Record a completion and its outbox row (in the caller's transaction); ``metadata`` is
+        ``data`` decoded, if the caller has it."""
         assert done.completion_time is not None
-        metadata = None
-        if done.action in Action.WRITE_ACTIONS:
+        if metadata is None and done.action in Action.WRITE_ACTIONS:
             if data is None:
                 data = tl.read_bytes(done)
             metadata = _decode_metadata(data, f"instant {done.file_name()}")
