@@ -127,6 +127,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
+# written out (not a parameter) so that the partial index instants_pending serves it
+_PENDING = "state IN ('REQUESTED', 'INFLIGHT')"
 _AGE_MS = "(EXTRACT(EPOCH FROM clock_timestamp() - {col}) * 1000)::bigint"
 _INSTANT_COLUMNS = (
     "table_id, instant_time, action, state, writer_id, begin_request_id, complete_request_id, "
@@ -265,18 +267,25 @@ class Tx:
         return _instant(row) if row else None
 
     def instant_by_begin_request(self, table_id: str, request_id: str) -> InstantRow | None:
-        row = self._one(
-            f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND begin_request_id = %s",
-            (table_id, request_id),
-        )
-        return _instant(row) if row else None
+        """The instant issued for ``request_id``; the table's pending instants come with it (one
+        query), kept for this transaction."""
+        rows = [
+            _instant(r)
+            for r in self._all(
+                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
+                f"AND (begin_request_id = %s OR {_PENDING}) ORDER BY instant_time",
+                (table_id, request_id),
+            )
+        ]
+        self._pending[table_id] = [r for r in rows if r.pending]
+        return next((r for r in rows if r.begin_request_id == request_id), None)
 
     def pending_instants(self, table_id: str) -> list[InstantRow]:
         if table_id not in self._pending:
             rows = self._all(
-                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND state = ANY(%s) "
+                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND {_PENDING} "
                 "ORDER BY instant_time",
-                (table_id, list(PENDING_STATES)),
+                (table_id,),
             )
             self._pending[table_id] = [_instant(r) for r in rows]
         return list(self._pending[table_id])
@@ -288,8 +297,8 @@ class Tx:
             _instant(r)
             for r in self._all(
                 f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
-                "AND (instant_time = %s OR state = ANY(%s)) ORDER BY instant_time",
-                (table_id, time, list(PENDING_STATES)),
+                f"AND (instant_time = %s OR {_PENDING}) ORDER BY instant_time",
+                (table_id, time),
             )
         ]
         self._pending[table_id] = [r for r in rows if r.pending]

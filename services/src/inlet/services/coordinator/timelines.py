@@ -27,9 +27,27 @@ from inlet.core.timeline.instant import Instant
 class _Dir:
     lock: threading.Lock = field(default_factory=threading.Lock)
     names: frozenset[str] = frozenset()
-    parsed: dict[str, Instant | None] = field(default_factory=dict)
+    parsed: dict[str, Instant] = field(default_factory=dict)  # timeline file name -> instant
     instants: list[Instant] = field(default_factory=list)
     metadata: dict[Instant, CommitMetadata] = field(default_factory=dict)
+
+    def update(self, names: frozenset[str]) -> None:
+        """Take the listing ``names``: files only added (the usual case) are parsed and merged;
+        a file removed rebuilds the instants from the names left."""
+        added = names - self.names
+        removed = self.names - names
+        if removed:
+            for name in removed:
+                self.parsed.pop(name, None)
+            live = set(self.parsed.values())
+            self.metadata = {i: md for i, md in self.metadata.items() if i in live}
+        new = [(n, Instant.parse_file_name(n)) for n in added]
+        self.parsed.update((n, i) for n, i in new if i is not None)
+        self.names = names
+        if removed:
+            self.instants = latest_states(self.parsed.values())
+        elif any(i is not None for _, i in new):
+            self.instants = latest_states([*self.instants, *(i for _, i in new if i is not None)])
 
 
 class Timelines:
@@ -49,9 +67,5 @@ class Timelines:
         names = frozenset(storage.list_names(tdir))
         with d.lock:
             if names != d.names:
-                parsed = {n: d.parsed[n] if n in d.parsed else Instant.parse_file_name(n) for n in names}
-                present = {i for i in parsed.values() if i is not None}
-                d.metadata = {i: md for i, md in d.metadata.items() if i in present}
-                d.parsed, d.names = parsed, names
-                d.instants = latest_states(present)
+                d.update(names)
             return Timeline(storage, layout_version, tdir, d.instants, d.metadata)
