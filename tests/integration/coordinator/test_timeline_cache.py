@@ -4,16 +4,17 @@ seen by its next conflict check, Kafka-checkpoint fence and pending check."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import StartCoordinator
 
 from inlet.core import HudiTable
 from inlet.core.errors import CommitConflictError
 from inlet.core.storage import Storage
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Instant
+from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import ConflictError, CoordinatorClient, GrpcCommitProtocol
 from inlet.services.writer import checkpoint as ckpt
 
@@ -42,7 +43,7 @@ def _begin(protocol: GrpcCommitProtocol, file_id: str) -> Instant:
 
 
 def test_a_replica_sees_what_another_completed_and_what_left_the_timeline(
-    start_coordinator: StartCoordinator, lake: Path, protocols: list[GrpcCommitProtocol]
+    start_coordinator: Callable[..., RunningServer], lake: Path, protocols: list[GrpcCommitProtocol]
 ) -> None:
     path = lake / "orders"
     HudiTable.create(str(path), name="orders", record_key="id")

@@ -651,13 +651,16 @@ class Coordinator:
                 data = tl.read_bytes(done)
             metadata = _decode_metadata(data, f"instant {done.file_name()}")
         operation = metadata.operation_type if metadata is not None else None
-        eid = event_id(table.table_id, done.time)
-        sequence = tx.set_completed(
-            table.table_id, done.time, done.completion_time, done.action, request_id, operation, eid
+        tx.set_completed(
+            table.table_id,
+            done.time,
+            done.completion_time,
+            done.action,
+            request_id,
+            operation,
+            event_id(table.table_id, done.time),
+            lambda sequence: commit_event(table.info, done, metadata, sequence).SerializeToString(),
         )
-        if sequence is not None:
-            event = commit_event(table.info, done, metadata, sequence)
-            tx.insert_outbox(eid, table.table_id, sequence, event.SerializeToString())
         if done.action == Action.ROLLBACK:
             row = tx.instant(table.table_id, done.time)
             if row is not None and row.rollback_target:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -210,6 +210,8 @@ class Tx:
         self.cur = cur
         # pending instants read in this transaction, by table; dropped by every write to instants
         self._pending: dict[str, list[InstantRow]] = {}
+        # the outbox sequence of each table whose row this transaction locked
+        self._sequences: dict[str, int] = {}
 
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
         self.cur.execute(sql, params)
@@ -229,7 +231,12 @@ class Tx:
     def table(self, table_id: str, lock: bool = False) -> TableRow | None:
         sql = "SELECT * FROM coordinator_tables WHERE table_id = %s" + (" FOR UPDATE" if lock else "")
         row = self._one(sql, (table_id,))
-        return _table(row) if row else None
+        if row is None:
+            return None
+        table = _table(row)
+        if lock:  # only this transaction changes it now (see set_completed)
+            self._sequences[table_id] = table.last_sequence
+        return table
 
     def table_by_path(self, base_path: str) -> TableRow | None:
         row = self._one("SELECT * FROM coordinator_tables WHERE base_path = %s", (base_path,))
@@ -390,10 +397,18 @@ class Tx:
         request_id: str | None,
         operation_type: str | None,
         event_id: str,
+        event: Callable[[int], bytes],
     ) -> int | None:
         """Record a completion, make its completion time the table's last issued time and, unless
-        the completion's outbox row ``event_id`` exists, take the table's next outbox sequence
-        (returned; None if the row exists). One statement: one round trip under the row lock."""
+        the completion's outbox row ``event_id`` exists, take the table's next outbox sequence and
+        insert the row, ``event(sequence)``. Returns that sequence (None if the row existed).
+
+        One statement, one round trip under the row lock: the table's row must be locked in this
+        transaction (:meth:`table` with ``lock``), so its next sequence is known beforehand; the
+        statement checks it took that one (else nothing is queued and this raises)."""
+        expected = self._sequences.get(table_id)
+        if expected is None:
+            raise RuntimeError(f"completing an instant of {table_id} without holding its row lock")
         self._pending.clear()
         row = self._one(
             """
@@ -404,13 +419,20 @@ class Tx:
               WHERE table_id = %(table)s AND instant_time = %(time)s
             ), announced AS (
               SELECT EXISTS (SELECT 1 FROM outbox WHERE event_id = %(event)s) AS present
+            ), taken AS (
+              UPDATE coordinator_tables SET
+                last_instant_time = CASE WHEN last_instant_time IS NULL OR last_instant_time < %(completion)s
+                  THEN %(completion)s ELSE last_instant_time END,
+                last_sequence = last_sequence + CASE WHEN announced.present THEN 0 ELSE 1 END
+              FROM announced WHERE table_id = %(table)s
+              RETURNING last_sequence, announced.present
+            ), queued AS (
+              INSERT INTO outbox (event_id, table_id, sequence, payload)
+              SELECT %(event)s, %(table)s, last_sequence, %(payload)s FROM taken
+              WHERE NOT present AND last_sequence = %(sequence)s
+              RETURNING sequence
             )
-            UPDATE coordinator_tables SET
-              last_instant_time = CASE WHEN last_instant_time IS NULL OR last_instant_time < %(completion)s
-                THEN %(completion)s ELSE last_instant_time END,
-              last_sequence = last_sequence + CASE WHEN announced.present THEN 0 ELSE 1 END
-            FROM announced WHERE table_id = %(table)s
-            RETURNING last_sequence, announced.present
+            SELECT taken.last_sequence, taken.present, EXISTS (SELECT 1 FROM queued) AS queued FROM taken
             """,
             {
                 "completion": completion_time,
@@ -420,10 +442,21 @@ class Tx:
                 "table": table_id,
                 "time": time,
                 "event": event_id,
+                "sequence": expected + 1,
+                "payload": event(expected + 1),
             },
         )
-        assert row is not None
-        return None if row["present"] else int(row["last_sequence"])
+        if row is None:
+            raise RuntimeError(f"table {table_id} vanished while completing {time}")
+        self._sequences[table_id] = int(row["last_sequence"])
+        if row["present"]:
+            return None
+        if not row["queued"]:
+            raise RuntimeError(
+                f"outbox sequence of {table_id} moved under its row lock (expected {expected + 1}, "
+                f"got {row['last_sequence']})"
+            )
+        return expected + 1
 
     def set_rolled_back(self, table_id: str, time: str, by: str | None) -> None:
         self._pending.clear()
@@ -495,14 +528,6 @@ class Tx:
         return self.cur.rowcount
 
     # ------------------------------------------------------------------ outbox
-
-    def insert_outbox(self, event_id: str, table_id: str, sequence: int, payload: bytes) -> bool:
-        self.cur.execute(
-            "INSERT INTO outbox (event_id, table_id, sequence, payload) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (event_id) DO NOTHING",
-            (event_id, table_id, sequence, payload),
-        )
-        return self.cur.rowcount == 1
 
     # ------------------------------------------------------------------ leases
 
