@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterable, Iterator
-from functools import cached_property
 
 from inlet.core.errors import InstantNotFoundError
 from inlet.core.storage import Storage
@@ -12,38 +11,66 @@ from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time
 
 
-class Timeline:
-    """An immutable snapshot of a table's active timeline (reload to see new instants)."""
+def latest_states(instants: Iterable[Instant]) -> list[Instant]:
+    """Each instant time's most advanced state, ordered by requested time.
 
-    def __init__(self, storage: Storage, layout_version: int, timeline_dir: str) -> None:
+    Instant times are unique per table: a compaction is "compaction" while pending and "commit"
+    once completed. A savepoint is the exception: it takes the time of the commit it protects
+    (Hudi's SavepointActionExecutor), so it is kept beside that commit.
+    """
+    latest: dict[tuple[str, bool], Instant] = {}
+    for inst in instants:
+        key = (inst.time, inst.action == Action.SAVEPOINT)
+        prev = latest.get(key)
+        if prev is None or _STATE_ORDER[inst.state] > _STATE_ORDER[prev.state]:
+            latest[key] = inst
+    return sorted(latest.values(), key=lambda i: (i.time, i.action))
+
+
+_STATE_ORDER = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
+
+
+class Timeline:
+    """An immutable snapshot of a table's active timeline (reload to see new instants).
+
+    ``instants`` and ``completed_metadata`` let a caller that keeps timelines (the coordinator)
+    hand in the instants it listed and a cache of completed instants' metadata shared between
+    its snapshots (a completed instant's file never changes).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        layout_version: int,
+        timeline_dir: str,
+        instants: list[Instant] | None = None,
+        completed_metadata: dict[Instant, CommitMetadata] | None = None,
+    ) -> None:
         self.storage = storage
         self.layout_version = layout_version
         self.dir = timeline_dir
+        self._instants = instants
         self._metadata_cache: dict[Instant, CommitMetadata] = {}
+        self._completed_metadata = completed_metadata if completed_metadata is not None else {}
+
+    @staticmethod
+    def dir_of(layout_version: int, timeline_path: str = "timeline") -> str:
+        return posixpath.join(".hoodie", timeline_path) if layout_version >= 2 else ".hoodie"
 
     @classmethod
     def load(cls, storage: Storage, layout_version: int, timeline_path: str = "timeline") -> Timeline:
-        tdir = posixpath.join(".hoodie", timeline_path) if layout_version >= 2 else ".hoodie"
-        return cls(storage, layout_version, tdir)
+        return cls(storage, layout_version, cls.dir_of(layout_version, timeline_path))
 
-    @cached_property
+    @property
     def instants(self) -> list[Instant]:
-        """Every instant in its latest state, ordered by requested time."""
-        # instant times are unique per table: keep each time's most advanced state (a
-        # compaction is "compaction" while pending and "commit" once completed). A savepoint is
-        # the exception: it takes the time of the commit it protects (Hudi's
-        # SavepointActionExecutor), so it is kept beside that commit.
-        latest: dict[tuple[str, bool], Instant] = {}
-        order = {State.REQUESTED: 0, State.INFLIGHT: 1, State.COMPLETED: 2}
-        for info in self.storage.list_files(self.dir):
-            inst = Instant.parse_file_name(posixpath.basename(info.path), info.mtime_ms)
-            if inst is None:
-                continue
-            key = (inst.time, inst.action == Action.SAVEPOINT)
-            prev = latest.get(key)
-            if prev is None or order[inst.state] > order[prev.state]:
-                latest[key] = inst
-        return sorted(latest.values(), key=lambda i: (i.time, i.action))
+        """Every instant in its latest state, ordered by requested time (listed once)."""
+        if self._instants is None:
+            parsed = (
+                Instant.parse_file_name(posixpath.basename(info.path), info.mtime_ms)
+                for info in self.storage.list_files(self.dir)
+            )
+            self._instants = latest_states(i for i in parsed if i is not None)
+        return self._instants
 
     def __iter__(self) -> Iterator[Instant]:
         return iter(self.instants)
@@ -102,11 +129,18 @@ class Timeline:
         return self.storage.read_bytes(self.path_of(instant))
 
     def commit_metadata(self, instant: Instant) -> CommitMetadata:
-        cached = self._metadata_cache.get(instant)
+        cache = self._completed_metadata if instant.is_completed else self._metadata_cache
+        cached = cache.get(instant)
         if cached is None:
             cached = CommitMetadata.from_bytes(self.read_bytes(instant), f"instant {instant.file_name()}")
-            self._metadata_cache[instant] = cached
+            cache[instant] = cached
         return cached
+
+    def remember_metadata(self, instant: Instant, metadata: CommitMetadata) -> None:
+        """Keep the metadata of a completed instant its caller just wrote (``metadata`` is what the
+        file holds), for the snapshots that share this one's cache."""
+        if instant.is_completed:
+            self._completed_metadata[instant] = metadata
 
     def latest_schema(self, as_of: str | None = None) -> str | None:
         """The writer schema (Avro JSON) of the latest completed write that recorded one."""

@@ -44,6 +44,7 @@ from inlet.services.coordinator.errors import (
 from inlet.services.coordinator.events import commit_event, event_id
 from inlet.services.coordinator.leases import Fence, Leases, check_fence, registered
 from inlet.services.coordinator.store import COMPLETED, ROLLED_BACK, InstantRow, Store, TableRow, Tx
+from inlet.services.coordinator.timelines import Timelines
 from inlet.services.writer import checkpoint as kafka_checkpoint
 
 log = logging.getLogger("inlet.coordinator")
@@ -127,6 +128,7 @@ class Coordinator:
         self.id = coordinator_id or f"coordinator-{uuid.uuid4().hex[:12]}"
         self._started = time.monotonic()
         self.leases = Leases(store, lock_lease_ms, lock_wait_slots)
+        self.timelines = Timelines()
 
     def _just_started(self, timeout_ms: int) -> bool:
         """While this coordinator has run for less than a heartbeat timeout, silence proves nothing:
@@ -141,7 +143,8 @@ class Coordinator:
         return Storage(validation.confine(table.base_path, self.lake_roots))
 
     def timeline(self, table: TableRow) -> Timeline:
-        return Timeline.load(self.storage(table), table.layout_version, table.timeline_path)
+        """The table's timeline as it is now (listed again; see :mod:`.timelines`)."""
+        return self.timelines.load(self.storage(table), table.layout_version, table.timeline_path)
 
     def table(self, table_id: str) -> TableRow:
         validation.table_id(table_id)
@@ -271,6 +274,18 @@ class Coordinator:
         """Issue a new instant time and write ``<t>.<action>.requested``; a retried request id
         returns the instant it issued. A rollback names its target in its plan: the target must be
         pending, and its writer gone (heartbeat expired) unless the caller owns it or ``force``."""
+        return self.begin_instant(table_id, action, requested_content, writer_id, request_id, force)[0]
+
+    def begin_instant(
+        self,
+        table_id: str,
+        action: str,
+        requested_content: bytes,
+        writer_id: str,
+        request_id: str,
+        force: bool = False,
+    ) -> tuple[Instant, int]:
+        """:meth:`begin`, also returning the table's heartbeat timeout (ms) read in its transaction."""
         validation.table_id(table_id)
         validation.action(action)
         validation.bounded(writer_id, "writer_id")
@@ -290,7 +305,7 @@ class Coordinator:
                     if done.state == State.REQUESTED.value:
                         # the first call may have died between its commit and writing the file
                         self._write_requested(table, instant, requested_content)
-                    return instant
+                    return instant, table.heartbeat_timeout_ms
             tl = self.timeline(table)
             self._reconcile(tx, table, tl)
             if target is not None:
@@ -298,10 +313,7 @@ class Coordinator:
             if table.concurrency_mode == SINGLE_WRITER and action in Action.WRITE_ACTIONS:
                 self._check_single_writer(tx, table, writer_id)
             t = self._next_time(table, tl)
-            tx.insert_instant(
-                table_id, t, action, State.REQUESTED.value, writer_id, request_id or None, target
-            )
-            tx.set_last_instant_time(table_id, t)
+            tx.issue_instant(table_id, t, action, writer_id, request_id or None, target)
             if target is not None:
                 if tx.instant(table_id, target) is None:  # not issued by us: adopt it, so it is tracked
                     current = self._on_timeline(tl, target)
@@ -311,10 +323,11 @@ class Coordinator:
             instant = Instant(t, action, State.REQUESTED)
         # written once the issue is recorded: a crash in between leaves a database row without a
         # timeline file, which a retry of the same request writes and the janitor otherwise expires
-        # (a file without a row would be an instant the coordinator never tracks)
-        self._write_requested(table, instant, requested_content)
+        # (a file without a row would be an instant the coordinator never tracks); the time is new,
+        # so no file of it can exist yet
+        self.storage(table).write_atomic(tl.path_of(instant), requested_content)
         log.info("began %s %s on %s for %s", action, t, table_id, writer_id or "?")
-        return instant
+        return instant, table.heartbeat_timeout_ms
 
     def _write_requested(self, table: TableRow, instant: Instant, content: bytes) -> None:
         tl = self.timeline(table)
@@ -379,8 +392,9 @@ class Coordinator:
                 )
 
     def _tracked(self, tx: Tx, table: TableRow, tl: Timeline, t: str) -> tuple[InstantRow, Instant | None]:
-        """The instant's row (locked), adopting one that is on the timeline but was not issued by us."""
-        row = tx.instant(table.table_id, t, lock=True)
+        """The instant's row, adopting one that is on the timeline but was not issued by us (the
+        table's pending instants come with it, for the conflict checks)."""
+        row = tx.instant_and_pending(table.table_id, t)
         current = self._on_timeline(tl, t)
         if row is None:
             if current is None:
@@ -551,8 +565,10 @@ class Coordinator:
             if metadata is not None:
                 self._check_source_offsets(table, tl, metadata)
             done = current.with_state(State.COMPLETED, self._next_time(table, tl))
-            self._record(tx, table, tl, done, data, request_id or None)
+            self._record(tx, table, tl, done, data, request_id or None, metadata)
             self.storage(table).write_atomic(tl.path_of(done), data)
+            if metadata is not None:  # the next commit's conflict check and fence need not read it
+                tl.remember_metadata(done, metadata)
         log.info("completed %s %s at %s on %s", done.action, t, done.completion_time, table_id)
         return Completion(done, eid)
 
@@ -618,23 +634,33 @@ class Coordinator:
                 )
 
     def _record(
-        self, tx: Tx, table: TableRow, tl: Timeline, done: Instant, data: bytes | None, request_id: str | None
+        self,
+        tx: Tx,
+        table: TableRow,
+        tl: Timeline,
+        done: Instant,
+        data: bytes | None,
+        request_id: str | None,
+        metadata: CommitMetadata | None = None,
     ) -> None:
-        """Record a completion and its outbox row (in the caller's transaction)."""
+        """Record a completion and its outbox row (in the caller's transaction); ``metadata`` is
+        ``data`` decoded, if the caller has it."""
         assert done.completion_time is not None
-        metadata = None
-        if done.action in Action.WRITE_ACTIONS:
+        if metadata is None and done.action in Action.WRITE_ACTIONS:
             if data is None:
                 data = tl.read_bytes(done)
             metadata = _decode_metadata(data, f"instant {done.file_name()}")
         operation = metadata.operation_type if metadata is not None else None
-        tx.set_completed(table.table_id, done.time, done.completion_time, done.action, request_id, operation)
-        tx.set_last_instant_time(table.table_id, done.completion_time)
-        eid = event_id(table.table_id, done.time)
-        if not tx.has_outbox(eid):
-            sequence = tx.next_sequence(table.table_id)
-            event = commit_event(table.info, done, metadata, sequence)
-            tx.insert_outbox(eid, table.table_id, sequence, event.SerializeToString())
+        tx.set_completed(
+            table.table_id,
+            done.time,
+            done.completion_time,
+            done.action,
+            request_id,
+            operation,
+            event_id(table.table_id, done.time),
+            lambda sequence: commit_event(table.info, done, metadata, sequence).SerializeToString(),
+        )
         if done.action == Action.ROLLBACK:
             row = tx.instant(table.table_id, done.time)
             if row is not None and row.rollback_target:

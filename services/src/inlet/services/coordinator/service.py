@@ -163,10 +163,9 @@ class CoordinatorServicer(coordinator_pb2_grpc.CoordinatorServiceServicer):
     def BeginInstant(
         self, request: coordinator_pb2.BeginInstantRequest, context: grpc.ServicerContext
     ) -> coordinator_pb2.BeginInstantResponse:
-        instant = self.coordinator.begin(
+        instant, timeout = self.coordinator.begin_instant(
             request.table_id, request.action, request.requested_content, request.writer_id, request.request_id
         )
-        timeout = self.coordinator.table(request.table_id).heartbeat_timeout_ms
         return coordinator_pb2.BeginInstantResponse(
             instant=convert.instant_to_proto(instant),
             heartbeat_interval_ms=heartbeat_interval_ms(timeout),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +127,8 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
+# written out (not a parameter) so that the partial index instants_pending serves it
+_PENDING = "state IN ('REQUESTED', 'INFLIGHT')"
 _AGE_MS = "(EXTRACT(EPOCH FROM clock_timestamp() - {col}) * 1000)::bigint"
 _INSTANT_COLUMNS = (
     "table_id, instant_time, action, state, writer_id, begin_request_id, complete_request_id, "
@@ -206,8 +208,12 @@ class Tx:
 
     def __init__(self, cur: psycopg.Cursor[dict[str, Any]]) -> None:
         self.cur = cur
+        # pending instants read in this transaction, by table; dropped by every write to instants
+        self._pending: dict[str, list[InstantRow]] = {}
+        # the outbox sequence of each table whose row this transaction locked
+        self._sequences: dict[str, int] = {}
 
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any] | None:
+    def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
         self.cur.execute(sql, params)
         return self.cur.fetchone()
 
@@ -225,7 +231,12 @@ class Tx:
     def table(self, table_id: str, lock: bool = False) -> TableRow | None:
         sql = "SELECT * FROM coordinator_tables WHERE table_id = %s" + (" FOR UPDATE" if lock else "")
         row = self._one(sql, (table_id,))
-        return _table(row) if row else None
+        if row is None:
+            return None
+        table = _table(row)
+        if lock:  # only this transaction changes it now (see set_completed)
+            self._sequences[table_id] = table.last_sequence
+        return table
 
     def table_by_path(self, base_path: str) -> TableRow | None:
         row = self._one("SELECT * FROM coordinator_tables WHERE base_path = %s", (base_path,))
@@ -255,24 +266,6 @@ class Tx:
         )
         return self.cur.rowcount == 1
 
-    def set_last_instant_time(self, table_id: str, time: str) -> None:
-        self.cur.execute(
-            """
-            UPDATE coordinator_tables SET last_instant_time = %s
-            WHERE table_id = %s AND (last_instant_time IS NULL OR last_instant_time < %s)
-            """,
-            (time, table_id, time),
-        )
-
-    def next_sequence(self, table_id: str) -> int:
-        row = self._one(
-            "UPDATE coordinator_tables SET last_sequence = last_sequence + 1 WHERE table_id = %s "
-            "RETURNING last_sequence",
-            (table_id,),
-        )
-        assert row is not None
-        return int(row["last_sequence"])
-
     # ------------------------------------------------------------------ instants
 
     def instant(self, table_id: str, time: str, lock: bool = False) -> InstantRow | None:
@@ -281,18 +274,42 @@ class Tx:
         return _instant(row) if row else None
 
     def instant_by_begin_request(self, table_id: str, request_id: str) -> InstantRow | None:
-        row = self._one(
-            f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND begin_request_id = %s",
-            (table_id, request_id),
-        )
-        return _instant(row) if row else None
+        """The instant issued for ``request_id``; the table's pending instants come with it (one
+        query), kept for this transaction."""
+        rows = [
+            _instant(r)
+            for r in self._all(
+                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
+                f"AND (begin_request_id = %s OR {_PENDING}) ORDER BY instant_time",
+                (table_id, request_id),
+            )
+        ]
+        self._pending[table_id] = [r for r in rows if r.pending]
+        return next((r for r in rows if r.begin_request_id == request_id), None)
 
     def pending_instants(self, table_id: str) -> list[InstantRow]:
-        rows = self._all(
-            f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND state = ANY(%s) ORDER BY instant_time",
-            (table_id, list(PENDING_STATES)),
-        )
-        return [_instant(r) for r in rows]
+        if table_id not in self._pending:
+            rows = self._all(
+                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s AND {_PENDING} "
+                "ORDER BY instant_time",
+                (table_id,),
+            )
+            self._pending[table_id] = [_instant(r) for r in rows]
+        return list(self._pending[table_id])
+
+    def instant_and_pending(self, table_id: str, time: str) -> InstantRow | None:
+        """:meth:`instant` and :meth:`pending_instants` (kept for this transaction) in one query.
+        Takes no row lock on the instant: its state only changes under the table's row lock."""
+        rows = [
+            _instant(r)
+            for r in self._all(
+                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
+                f"AND (instant_time = %s OR {_PENDING}) ORDER BY instant_time",
+                (table_id, time),
+            )
+        ]
+        self._pending[table_id] = [r for r in rows if r.pending]
+        return next((r for r in rows if r.instant_time == time), None)
 
     def instants(self, table_id: str) -> list[InstantRow]:
         rows = self._all(
@@ -310,6 +327,7 @@ class Tx:
         begin_request_id: str | None = None,
         rollback_target: str | None = None,
     ) -> None:
+        self._pending.clear()
         self.cur.execute(
             """
             INSERT INTO instants (table_id, instant_time, action, state, writer_id, begin_request_id,
@@ -319,9 +337,42 @@ class Tx:
             (table_id, time, action, state, writer_id, begin_request_id, rollback_target),
         )
 
+    def issue_instant(
+        self,
+        table_id: str,
+        time: str,
+        action: str,
+        writer_id: str,
+        begin_request_id: str | None,
+        rollback_target: str | None,
+    ) -> None:
+        """Insert a new requested instant and make its time the table's last issued one (one
+        statement: one round trip while the table's row is locked)."""
+        self._pending.clear()
+        self.cur.execute(
+            """
+            WITH issued AS (
+              INSERT INTO instants (table_id, instant_time, action, state, writer_id, begin_request_id,
+                rollback_target)
+              VALUES (%(table)s, %(time)s, %(action)s, 'REQUESTED', %(writer)s, %(request)s, %(target)s)
+            )
+            UPDATE coordinator_tables SET last_instant_time = %(time)s
+            WHERE table_id = %(table)s AND (last_instant_time IS NULL OR last_instant_time < %(time)s)
+            """,
+            {
+                "table": table_id,
+                "time": time,
+                "action": action,
+                "writer": writer_id,
+                "request": begin_request_id,
+                "target": rollback_target,
+            },
+        )
+
     def set_inflight(
         self, table_id: str, time: str, planned: set[tuple[str, str]] | None, operation_type: str | None
     ) -> None:
+        self._pending.clear()
         self.cur.execute(
             """
             UPDATE instants SET state = 'INFLIGHT', heartbeat_at = clock_timestamp(), updated_at = clock_timestamp(),
@@ -345,18 +396,70 @@ class Tx:
         completed_action: str,
         request_id: str | None,
         operation_type: str | None,
-    ) -> None:
-        self.cur.execute(
+        event_id: str,
+        event: Callable[[int], bytes],
+    ) -> int | None:
+        """Record a completion, make its completion time the table's last issued time and, unless
+        the completion's outbox row ``event_id`` exists, take the table's next outbox sequence and
+        insert the row, ``event(sequence)``. Returns that sequence (None if the row existed).
+
+        One statement, one round trip under the row lock: the table's row must be locked in this
+        transaction (:meth:`table` with ``lock``), so its next sequence is known beforehand; the
+        statement checks it took that one (else nothing is queued and this raises)."""
+        expected = self._sequences.get(table_id)
+        if expected is None:
+            raise RuntimeError(f"completing an instant of {table_id} without holding its row lock")
+        self._pending.clear()
+        row = self._one(
             """
-            UPDATE instants SET state = 'COMPLETED', completion_time = %s, completed_action = %s,
-              complete_request_id = COALESCE(%s, complete_request_id),
-              operation_type = COALESCE(%s, operation_type), updated_at = clock_timestamp()
-            WHERE table_id = %s AND instant_time = %s
+            WITH done AS (
+              UPDATE instants SET state = 'COMPLETED', completion_time = %(completion)s,
+                completed_action = %(action)s, complete_request_id = COALESCE(%(request)s, complete_request_id),
+                operation_type = COALESCE(%(operation)s, operation_type), updated_at = clock_timestamp()
+              WHERE table_id = %(table)s AND instant_time = %(time)s
+            ), announced AS (
+              SELECT EXISTS (SELECT 1 FROM outbox WHERE event_id = %(event)s) AS present
+            ), taken AS (
+              UPDATE coordinator_tables SET
+                last_instant_time = CASE WHEN last_instant_time IS NULL OR last_instant_time < %(completion)s
+                  THEN %(completion)s ELSE last_instant_time END,
+                last_sequence = last_sequence + CASE WHEN announced.present THEN 0 ELSE 1 END
+              FROM announced WHERE table_id = %(table)s
+              RETURNING last_sequence, announced.present
+            ), queued AS (
+              INSERT INTO outbox (event_id, table_id, sequence, payload)
+              SELECT %(event)s, %(table)s, last_sequence, %(payload)s FROM taken
+              WHERE NOT present AND last_sequence = %(sequence)s
+              RETURNING sequence
+            )
+            SELECT taken.last_sequence, taken.present, EXISTS (SELECT 1 FROM queued) AS queued FROM taken
             """,
-            (completion_time, completed_action, request_id, operation_type, table_id, time),
+            {
+                "completion": completion_time,
+                "action": completed_action,
+                "request": request_id,
+                "operation": operation_type,
+                "table": table_id,
+                "time": time,
+                "event": event_id,
+                "sequence": expected + 1,
+                "payload": event(expected + 1),
+            },
         )
+        if row is None:
+            raise RuntimeError(f"table {table_id} vanished while completing {time}")
+        self._sequences[table_id] = int(row["last_sequence"])
+        if row["present"]:
+            return None
+        if not row["queued"]:
+            raise RuntimeError(
+                f"outbox sequence of {table_id} moved under its row lock (expected {expected + 1}, "
+                f"got {row['last_sequence']})"
+            )
+        return expected + 1
 
     def set_rolled_back(self, table_id: str, time: str, by: str | None) -> None:
+        self._pending.clear()
         self.cur.execute(
             """
             UPDATE instants SET state = 'ROLLED_BACK', rolled_back_by = COALESCE(%s, rolled_back_by),
@@ -367,6 +470,7 @@ class Tx:
         )
 
     def set_rolling_back(self, table_id: str, time: str, by: str) -> None:
+        self._pending.clear()
         self.cur.execute(
             "UPDATE instants SET rolled_back_by = %s, updated_at = clock_timestamp() "
             "WHERE table_id = %s AND instant_time = %s",
@@ -375,6 +479,7 @@ class Tx:
 
     def claim(self, table_id: str, time: str, writer_id: str) -> None:
         """Make ``writer_id`` the owner of an instant and refresh its heartbeat (a takeover)."""
+        self._pending.clear()
         self.cur.execute(
             "UPDATE instants SET writer_id = %s, heartbeat_at = clock_timestamp() "
             "WHERE table_id = %s AND instant_time = %s",
@@ -383,6 +488,7 @@ class Tx:
 
     def heartbeat(self, table_id: str, time: str) -> bool:
         """Refresh the heartbeat of a pending instant that is not being rolled back."""
+        self._pending.clear()
         self.cur.execute(
             """
             UPDATE instants SET heartbeat_at = clock_timestamp()
@@ -411,6 +517,7 @@ class Tx:
     def prune_instants(self, older_than_ms: int) -> int:
         """Forget completed and rolled-back instants last changed more than ``older_than_ms`` ago
         (their idempotency records; the timeline keeps the instants themselves)."""
+        self._pending.clear()
         self.cur.execute(
             """
             DELETE FROM instants WHERE state IN ('COMPLETED', 'ROLLED_BACK')
@@ -421,17 +528,6 @@ class Tx:
         return self.cur.rowcount
 
     # ------------------------------------------------------------------ outbox
-
-    def insert_outbox(self, event_id: str, table_id: str, sequence: int, payload: bytes) -> bool:
-        self.cur.execute(
-            "INSERT INTO outbox (event_id, table_id, sequence, payload) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (event_id) DO NOTHING",
-            (event_id, table_id, sequence, payload),
-        )
-        return self.cur.rowcount == 1
-
-    def has_outbox(self, event_id: str) -> bool:
-        return self._one("SELECT 1 AS x FROM outbox WHERE event_id = %s", (event_id,)) is not None
 
     # ------------------------------------------------------------------ leases
 
