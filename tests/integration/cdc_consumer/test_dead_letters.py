@@ -162,6 +162,8 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(
         "1000",
         "--limit",
         "4",
+        "--kafka-option",  # reaches the consumer (a secured cluster's settings go this way)
+        "fetch.wait.max.ms=50",
     )
     assert code == 0, stderr
     rows = [json.loads(line) for line in stdout.splitlines()]
@@ -174,6 +176,11 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(
         capsys, "dlq", "show", "--bootstrap", kafka_server.bootstrap, "--topic", dlq + ".none"
     )
     assert code == 1 and "no dead-letter topic" in stderr
+    code, _, stderr = _inlet(
+        capsys, "dlq", "show", "--bootstrap", kafka_server.bootstrap, "--kafka-option", "sasl.mechansim=PLAIN"
+    )
+    assert code == 2 and "--kafka-option" in stderr and "sasl.mechansim" in stderr
+    assert len(stderr.strip().splitlines()) == 1
 
 
 def test_an_output_the_producer_refuses_is_a_dead_letter_not_a_crash(kafka_server: EmbeddedKafka) -> None:

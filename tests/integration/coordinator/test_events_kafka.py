@@ -14,6 +14,7 @@ from coordinator_helpers import rows
 
 from inlet.core import HudiTable
 from inlet.proto.events.v1 import events_pb2
+from inlet.services.coordinator.config import ConfigError
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient
 
@@ -29,8 +30,15 @@ def test_serve_publishes_commit_events(
     lake: Path,
     open_table: Callable[..., HudiTable],
 ) -> None:
-    server = start_coordinator(kafka_bootstrap=kafka_bootstrap, topic=kafka_topic)
+    # --kafka-option settings reach the event producer (a secured cluster's go this way); a
+    # misspelt one stops the start with its name, not a publisher that retries forever
+    with pytest.raises(ConfigError, match=r"--kafka-option: .*sasl\.mechansim"):
+        start_coordinator(kafka_bootstrap=kafka_bootstrap, kafka_options=("sasl.mechansim=PLAIN",))
+    server = start_coordinator(
+        kafka_bootstrap=kafka_bootstrap, topic=kafka_topic, kafka_options=("compression.type=zstd",)
+    )
     assert server.publisher is not None
+    assert server.publisher._producer_overrides == {"compression.type": "zstd"}
     path = lake / "ev"
     HudiTable.create(str(path), name="ev", record_key="id", partition_by="city", ordering_field="ts")
     with CoordinatorClient(server.address) as client:

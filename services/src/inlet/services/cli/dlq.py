@@ -14,11 +14,12 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from inlet.services.cli.errors import CliError
-from inlet.services.cli.options import env, env_int, int_at_least, with_env
+from inlet.services.cli.errors import CliError, UsageError
+from inlet.services.cli.options import env, env_int, int_at_least, parse_key_values, with_env
+from inlet.services.runtime import SettingsError, parse_pairs
 
 DEFAULT_TOPIC = "inlet.dlq"
 PREVIEW_BYTES = 120
@@ -77,24 +78,45 @@ def add_dlq_commands(subparsers: Any) -> None:
         metavar="MS",
         help=with_env("the topic's end: no record for this long (default 2000)", "INLET_DLQ_IDLE_MS"),
     )
+    show.add_argument(
+        "--kafka-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help=with_env(
+            "librdkafka consumer setting, e.g. security.protocol=SASL_SSL (repeatable; the variable takes "
+            "one per line or a JSON object)",
+            "INLET_DLQ_KAFKA_OPTIONS",
+        ),
+    )
     show.set_defaults(handler=cmd_show)
 
 
 def read_dead_letters(
-    bootstrap: str, topic: str, *, limit: int | None = None, idle_s: float = 2.0, timeout_s: float = 10.0
+    bootstrap: str,
+    topic: str,
+    *,
+    limit: int | None = None,
+    idle_s: float = 2.0,
+    timeout_s: float = 10.0,
+    options: Mapping[str, str] | None = None,
 ) -> Iterator[Any]:
-    """Yield the records of ``topic`` from the start until none arrives for ``idle_s``."""
+    """Yield the records of ``topic`` from the start until none arrives for ``idle_s``; ``options``:
+    more librdkafka settings (security, for one)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"inlet-dlq-show-{uuid.uuid4().hex}",  # never committed: assign(), no subscribe
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 100,
-            "enable.partition.eof": False,
-        }
-    )
+    try:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"inlet-dlq-show-{uuid.uuid4().hex}",  # never committed: assign(), no subscribe
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                "enable.partition.eof": False,
+                **(options or {}),
+            }
+        )
+    except KafkaException as e:
+        raise UsageError(f"--kafka-option: {e}") from None
     try:
         try:
             meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
@@ -172,12 +194,19 @@ def describe(m: Any) -> dict[str, Any]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     if not args.bootstrap:
-        from inlet.services.cli.errors import UsageError
-
         raise UsageError("--bootstrap is required (or set INLET_CDC_BOOTSTRAP)")
     out = sys.stdout
     count = 0
-    for m in read_dead_letters(args.bootstrap, args.topic, limit=args.limit, idle_s=args.idle_ms / 1000.0):
+    try:
+        from_env = parse_pairs(env("INLET_DLQ_KAFKA_OPTIONS") or "", "INLET_DLQ_KAFKA_OPTIONS")
+    except SettingsError as e:
+        raise UsageError(str(e)) from None
+    options = {
+        **parse_key_values(from_env, "INLET_DLQ_KAFKA_OPTIONS"),
+        **parse_key_values(args.kafka_option, "--kafka-option"),
+    }
+    idle_s = args.idle_ms / 1000.0
+    for m in read_dead_letters(args.bootstrap, args.topic, limit=args.limit, idle_s=idle_s, options=options):
         d = describe(m)
         count += 1
         if args.json:

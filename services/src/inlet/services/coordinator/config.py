@@ -101,6 +101,15 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="N",
     ),
     Setting("topic", "--topic", "Kafka topic of commit events", default=DEFAULT_TOPIC, metavar="NAME"),
+    Setting(
+        "kafka_options",
+        "--kafka-option",
+        "librdkafka setting KEY=VALUE of the commit-event producer, e.g. security.protocol=SASL_SSL, "
+        "sasl.mechanism=SCRAM-SHA-512 (repeatable)",
+        kind="pairs",
+        default=(),
+        metavar="KEY=VALUE",
+    ),
 )
 
 
@@ -120,6 +129,7 @@ class CoordinatorConfig:
     max_workers: int = 32
     db_pool_size: int = 16
     topic: str = DEFAULT_TOPIC
+    kafka_options: tuple[str, ...] = ()  # KEY=VALUE librdkafka settings of the event producer
     # not settable from the command line: how long a stop waits for calls in progress
     grace_s: float = field(default=5.0, compare=False)
 
@@ -147,6 +157,22 @@ class CoordinatorConfig:
             changes["lake_roots"] = tuple(changes["lake_roots"])
         return replace(self, **changes)
 
+    def producer_config(self) -> dict[str, str]:
+        """``--kafka-option`` as librdkafka settings; a malformed or unknown one is a ConfigError."""
+        out: dict[str, str] = {}
+        for pair in self.kafka_options:
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--kafka-option {pair!r} is not KEY=VALUE")
+            out[key.strip()] = value.strip()
+        try:  # librdkafka checks names and values when a client is made
+            from confluent_kafka import Producer
+
+            Producer({"bootstrap.servers": self.kafka_bootstrap or "127.0.0.1:9", **out})
+        except Exception as e:
+            raise ConfigError(f"--kafka-option: {e}") from None
+        return out
+
     @property
     def listen_host(self) -> str:
         return split_host_port(self.listen)[0]
@@ -171,6 +197,8 @@ class CoordinatorConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.kafka_options:
+            self.producer_config()  # a bad option is named now, not by a publisher retrying forever
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError("--tls-cert and --tls-key go together: give both or neither")
         for path in (self.tls_cert, self.tls_key, self.tokens_file):

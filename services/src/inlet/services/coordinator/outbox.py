@@ -367,7 +367,11 @@ class OutboxPublisher:
         if self.topic_partitions is None or self._topics_ready:
             return
         names = [self.topic] + ([self.hudi_json_topic] if self.hudi_json_topic else [])
-        admin_config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "logger": _kafka_log}
+        admin_config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": _kafka_log,
+            **self._producer_overrides,  # security settings reach the admin client too
+        }
         admin = AdminClient(admin_config)
         futures = admin.create_topics(
             # the broker's default replication factor

@@ -103,7 +103,12 @@ def _start_publisher(config: CoordinatorConfig) -> Any | None:
     except ImportError:
         log.warning("the outbox publisher is not available; commit events stay in the outbox table")
         return None
-    publisher = outbox.OutboxPublisher(config.database_url, config.kafka_bootstrap, topic=config.topic)
+    publisher = outbox.OutboxPublisher(
+        config.database_url,
+        config.kafka_bootstrap,
+        topic=config.topic,
+        producer_config=config.producer_config(),
+    )
     publisher.start()
     log_event(log, logging.INFO, "outbox publisher started", kafka=config.kafka_bootstrap, topic=config.topic)
     return publisher
