@@ -213,3 +213,18 @@ def test_cli_help_names_every_flag_and_variable(capsys: pytest.CaptureFixture[st
         ("--heartbeat-timeout-ms", "INLET_COORDINATOR_HEARTBEAT_TIMEOUT_MS"),
     ):
         assert flag in out and var in out
+
+
+def test_a_token_is_never_sent_in_plaintext_off_this_host() -> None:
+    """A client with a token refuses a plaintext channel to another host (the token would cross
+    the network readable); TLS, or a loopback address, is fine. Nothing connects here."""
+    from inlet.core import InletError
+
+    for target in ("10.0.0.2:50551", "coordinator.example:50551", "dns:///coord:443"):
+        with pytest.raises(
+            InletError, match=f"refusing to send the coordinator token in plaintext to {target}"
+        ):
+            CoordinatorClient(target, token="secret-token")
+    for target, tls in (("coordinator.example:50551", True), ("127.0.0.1:50551", False), ("[::1]:1", False)):
+        CoordinatorClient(target, token="secret-token", tls=tls).close()
+    CoordinatorClient("10.0.0.2:50551").close()  # no token: nothing to leak

@@ -14,6 +14,7 @@ a write conflict is :class:`ConflictError`, a :class:`CommitConflictError`.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import random
@@ -89,6 +90,21 @@ def _error(method: str, e: grpc.RpcError) -> InletError:
     return CoordinatorCallError(method, code, details)
 
 
+def _loopback(target: str) -> bool:
+    """Whether a gRPC target (``HOST:PORT``, ``[v6]:PORT``, ``dns:...``, ``unix:...``) stays on this host."""
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = target.split("///")[-1].removeprefix("dns:").removeprefix("ipv4:").removeprefix("ipv6:")
+    host = host.rsplit(":", 1)[0] if host.count(":") == 1 or host.startswith("[") else host
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def default_writer_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -114,6 +130,11 @@ class CoordinatorClient:
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        if token and not (tls or root_certificates is not None) and not _loopback(target):
+            raise InletError(
+                f"refusing to send the coordinator token in plaintext to {target}: use TLS "
+                "(--coordinator-tls, or --coordinator-ca FILE); without TLS only a loopback address"
+            )
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
