@@ -186,3 +186,11 @@ def test_database_of_table_id() -> None:
     assert database_of("Shop-1.t") == "shop_1"
     assert database_of("trips") is None
     assert database_of("/lake/a.b") is None
+
+
+def test_an_s3_lake_is_registered_with_hadoops_s3a_scheme() -> None:
+    props = {"hoodie.table.name": "t", "hoodie.table.partition.fields": "city"}
+    cfg = SyncConfig.resolve(props, "s3://lake/app/public/t/")
+    assert cfg.base_path == "s3a://lake/app/public/t"  # what Spark, Hive and Trino read through
+    assert SyncConfig.resolve(props, "s3a://lake/t").base_path == "s3a://lake/t"
+    assert SyncConfig.resolve(props, "/lake/t").base_path == "/lake/t"

@@ -153,6 +153,13 @@ def check_options(options: Mapping[str, str]) -> None:
             raise CatalogSyncError(f"unknown sync option {key!r}")
 
 
+def hive_location(path: str) -> str:
+    """The location a metastore gets for a table at ``path``: an ``s3://`` lake is registered as
+    ``s3a://``, the scheme of Hadoop's S3 file system that Spark, Hive and Trino's Hive connector
+    read through (as Apache Hudi's tables written by Spark carry it); anything else as it is."""
+    return "s3a://" + path[len("s3://") :] if path.startswith("s3://") else path
+
+
 @dataclass(frozen=True)
 class SyncConfig:
     database: str
@@ -221,7 +228,7 @@ class SyncConfig:
         return cls(
             database=db.lower(),
             table=name.lower(),
-            base_path=(opts.get(BASE_PATH) or base_path).rstrip("/") or "/",
+            base_path=hive_location((opts.get(BASE_PATH) or base_path).rstrip("/") or "/"),
             partition_fields=parts,
             extractor_class=extractor,
             decode_partition=_bool(opts, DECODE_PARTITION, url_encoded),
