@@ -75,17 +75,17 @@ def test_random_workload_equals_postgres_by_both_readers(stack: RunningStack) ->
     customers, orders, lines = w.tables
     for t in w.tables:
         compare_inlet(stack, t)
-        consumed = check_offsets(stack.table_path(t))
+        consumed = check_offsets(stack.table_uri(t))
         assert sum(consumed.values()) > 0
     # updates in log files after the writer's last compaction, so hudi-rs merges them itself
     for _ in range(3):
-        if slices_with_logs(stack.table_path(orders)) and slices_with_logs(stack.table_path(lines)):
+        if slices_with_logs(stack.table_uri(orders)) and slices_with_logs(stack.table_uri(lines)):
             break
         w.update_orders(20)
         w.key_updates(2)
         w.conn.commit()
         wait_for_lake(stack, w.tables, timeout_s=120)
-    assert slices_with_logs(stack.table_path(orders)) and slices_with_logs(stack.table_path(lines))
+    assert slices_with_logs(stack.table_uri(orders)) and slices_with_logs(stack.table_uri(lines))
     for t in w.tables:
         compare_inlet(stack, t)
     compare_hudi_rs(stack, orders, versions=["2"])
@@ -98,7 +98,7 @@ def test_random_workload_equals_postgres_by_both_readers(stack: RunningStack) ->
     # a compaction folds every log into a base file: now both hudi-rs readers, exactly
     for t in w.tables:
         compact_now(stack, t)
-        assert not slices_with_logs(stack.table_path(t))
+        assert not slices_with_logs(stack.table_uri(t))
         compare_hudi_rs(stack, t)
         compare_inlet(stack, t)
     w.close()
@@ -172,7 +172,7 @@ def test_two_writers_share_a_table_and_the_survivor_takes_over(stack: RunningSta
         for line in log_path.read_text().splitlines()
         if line.startswith("{") and '"batch committed"' in line
     } - {None}
-    commits = commit_offsets(stack.table_path("tw_orders"))
+    commits = commit_offsets(stack.table_uri("tw_orders"))
     by_second = [c for c in commits if c[0] in second_instants]
     assert by_second, "the second writer committed nothing to tw_orders"
     assert all(set(c[1]) <= set(owned) for c in by_second), (
@@ -182,7 +182,7 @@ def test_two_writers_share_a_table_and_the_survivor_takes_over(stack: RunningSta
     assert any(set(c[1]) & set(owned) for c in later), "nobody took over the killed writer's partitions"
     for t in w.tables:
         compare_inlet(stack, t)
-        check_offsets(stack.table_path(t))
+        check_offsets(stack.table_uri(t))
 
 
 # ------------------------------------------------------------------------------------------------ 4
@@ -216,7 +216,7 @@ def test_bad_events_go_to_the_dead_letter_topic_and_never_block_the_table(stack:
             conn.execute("DELETE FROM dl_items WHERE id %% 7 = %s", (i,))
     wait_for_lake(stack, ["dl_items"], 120)
     compare_inlet(stack, "dl_items")
-    check_offsets(stack.table_path("dl_items"))
+    check_offsets(stack.table_uri("dl_items"))
 
     def dead_letters() -> list[dict[str, Any]]:
         out = subprocess.run(

@@ -23,6 +23,8 @@ from typing import Any
 
 import psycopg
 
+from inlet.core.errors import InletError
+from inlet.core.s3 import is_s3_uri, split_s3_uri
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.runtime import Setting, SettingsError, StopSignal, add_arguments, resolve
 from inlet.services.stack import source
@@ -85,6 +87,15 @@ UP_SETTINGS = (
         "broker stops, so only for one-shot runs that end with `down`)",
         default="s3",
         metavar="s3|memory",
+    ),
+    Setting(
+        "lake",
+        "--lake",
+        "where the tables go: local (DIR/lake), s3 (bucket `lake` of the stack's own SeaweedFS; the JSON "
+        "line reports its endpoint and credentials under s3) or s3://BUCKET/PREFIX of an external store "
+        "(endpoint and credentials from AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_REGION, INLET_S3_PATH_STYLE); kept in DIR/config.json (default local)",
+        metavar="local|s3|URI",
     ),
     Setting(
         "catalog",
@@ -166,6 +177,17 @@ def _supervisor_pid(directory: Path) -> int | None:
     return pid
 
 
+def _check_lake(lake: str) -> None:
+    if lake in ("local", "s3"):
+        return
+    if not is_s3_uri(lake):
+        raise UsageError(f"--lake must be local, s3 or an s3://BUCKET/PREFIX URI, got {lake!r}")
+    try:
+        split_s3_uri(lake)
+    except InletError as e:
+        raise UsageError(str(e)) from None
+
+
 def _config(args: argparse.Namespace) -> StackConfig:
     try:
         values = resolve(args, UP_SETTINGS, ENV_PREFIX)
@@ -194,6 +216,12 @@ def _config(args: argparse.Namespace) -> StackConfig:
                 f"{values['dir']} replicates {source.mask_url(saved.source)}, not "
                 f"{source.mask_url(values['source'])}; use another --dir for another source"
             )
+    lake = values["lake"]
+    if lake is not None:
+        _check_lake(lake)
+    if saved is not None and lake is not None and lake != saved.lake:
+        raise UsageError(f"{values['dir']} keeps its lake at {saved.lake}, not {lake}; use another --dir")
+    values["lake"] = lake or (saved.lake if saved is not None else "local")
     if values["database"] is None:
         values["database"] = source.database_of(values["source"]) if values["source"] else "app"
     return StackConfig(**values)
