@@ -130,7 +130,8 @@ UP_SETTINGS = (
 DESCRIPTION = """\
 Run the whole pipeline on this machine, each part a supervised process on 127.0.0.1:
 PostgreSQL (wal_level=logical) -> Debezium (Kafka Connect) -> Kafka (Tansu, topics kept in a local
-S3 store) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table>, committed
+S3 store) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table> (--lake s3:
+s3://lake/... in the stack's S3 store; --lake s3://BUCKET/PREFIX: an external store), committed
 through the commit coordinator, compacted and cleaned by the table-services service, registered
 in a Hive Metastore by catalog sync (database <db>_<schema>). A process that dies is restarted (logs/supervisor.log says so).
 With --source the stack replicates that PostgreSQL instead (checked first: wal_level, the role's
@@ -145,6 +146,7 @@ examples:
   inlet stack down --dir /tmp/stack               # a later `up` resumes where it stopped
   inlet stack up --dir /tmp/shop --source postgresql://inlet:PW@db:5432/shop   # your PostgreSQL
   inlet stack down --dir /tmp/shop --drop-slot    # and drop its slot + publication on the source
+  inlet stack up --dir /tmp/s3 --lake s3          # tables in its SeaweedFS: {"lake": "s3://lake", "s3": {...}}
 """
 
 
