@@ -29,12 +29,16 @@ from conftest import (
     compact_now,
     compare_hudi_rs,
     compare_inlet,
+    postgres_rows,
+    rows_by_key,
     slices_with_logs,
     start_tables,
     wait_for,
     wait_for_lake,
 )
+from support import hudi_rs
 
+from inlet.core.s3 import S3Options
 from inlet.services.stack.processes import free_port
 from inlet.services.stack.supervisor import LOCAL_CONSUMER_OPTIONS
 
@@ -233,3 +237,37 @@ def test_bad_events_go_to_the_dead_letter_topic_and_never_block_the_table(stack:
     # nothing more arrived in the table than PostgreSQL has (id 999 was never inserted)
     with psycopg.connect(stack.url) as conn:
         assert conn.execute("SELECT count(*) FROM dl_items WHERE id = 999").fetchone() == (0,)
+
+
+# ------------------------------------------------------------------------------------------------ 5
+
+
+def test_the_lake_is_in_the_stacks_s3_bucket_readable_with_the_addresses_it_reports(
+    stack: RunningStack,
+) -> None:
+    """``--lake s3``: no table on local disk; the addresses (``inlet stack up``'s JSON line) name the
+    lake ``s3://lake`` and the S3 endpoint, credentials, region and bucket, and with only those hudi-rs
+    reads a replicated table exactly as PostgreSQL has it."""
+    addresses = stack.stack.addresses()
+    assert addresses["lake"] == "s3://lake"
+    s3 = addresses["s3"]
+    assert set(s3) >= {"endpoint", "access_key", "secret_key", "region", "bucket"} and s3["bucket"] == "lake"
+    assert not (Path(stack.config.dir) / "lake").exists()
+    with psycopg.connect(stack.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE s3_items (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO s3_items SELECT g, 'v' || g FROM generate_series(1, 50) g")
+        conn.execute("UPDATE s3_items SET v = 'u' WHERE id % 5 = 0")
+        conn.execute("DELETE FROM s3_items WHERE id % 7 = 0")
+    wait_for_lake(stack, ["s3_items"], 120)
+    options = S3Options(
+        endpoint=s3["endpoint"], region=s3["region"], access_key=s3["access_key"], secret_key=s3["secret_key"]
+    ).hudi_rs_options()
+    cols, keys, expected = postgres_rows(stack.url, "s3_items")
+    got = rows_by_key(
+        hudi_rs.read(
+            f"s3://{s3['bucket']}/{stack.config.database}/public/s3_items", "2", storage_options=options
+        ),
+        cols,
+        keys,
+    )
+    assert got == expected and len(expected) == 43
