@@ -39,6 +39,8 @@ import pyarrow as pa
 import pytest
 
 from inlet.core import HudiTable
+from inlet.core.errors import TableNotFoundError
+from inlet.core.s3 import S3Options, is_s3_uri
 from inlet.services.stack.components import CommandComponent, Component
 from inlet.services.stack.supervisor import Stack, StackConfig
 from inlet.services.writer import checkpoint as ckpt
@@ -141,11 +143,18 @@ class RunningStack:
         return self.stack.coordinator_address
 
     @property
-    def lake(self) -> Path:
-        return self.config.lake
+    def lake(self) -> str:
+        """The lake root: a directory, or an s3:// URI (``lake="s3"``)."""
+        return self.config.lake_root
 
     def table_path(self, table: str) -> Path:
-        return self.lake / self.config.database / "public" / table
+        """The table's directory (a local lake only)."""
+        assert self.config.lake == "local", "the lake is on S3: use table_uri"
+        return Path(self.table_uri(table))
+
+    def table_uri(self, table: str) -> str:
+        """Where the table is: its directory, or its s3:// URI (read with the stack's S3 settings)."""
+        return f"{self.lake}/{self.config.database}/public/{table}"
 
     def table_id(self, table: str) -> str:
         return f"{self.config.database}.public.{table}"
@@ -193,8 +202,10 @@ class RunningStack:
         return data
 
 
-def _supervised(persistent_kafka: bool) -> Iterator[RunningStack]:
-    yield from supervised(Path(tempfile.mkdtemp(prefix="inlet-e2e-")), persistent_kafka=persistent_kafka)
+def _supervised(persistent_kafka: bool, lake: str = "local") -> Iterator[RunningStack]:
+    yield from supervised(
+        Path(tempfile.mkdtemp(prefix="inlet-e2e-")), persistent_kafka=persistent_kafka, lake=lake
+    )
 
 
 def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
@@ -211,6 +222,7 @@ def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
     config = StackConfig(dir=str(root), **values)
     config.save()
     running = RunningStack(config)
+    env = dict(os.environ)  # a lake="s3" stack's supervisor (this process) sets the AWS_* settings
     try:
         running.start()
         yield running
@@ -221,6 +233,8 @@ def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        os.environ.clear()
+        os.environ.update(env)
         assert not left, f"processes of the stack left running: {left}"
     if not os.environ.get("INLET_E2E_KEEP"):  # INLET_E2E_KEEP=1 keeps the stack's data and logs
         import shutil
@@ -231,8 +245,9 @@ def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[RunningStack]:
     """The stack with the broker's topics in memory (several times the throughput of the S3 store
-    on this machine): for tests that never restart the broker."""
-    yield from _supervised(persistent_kafka=False)
+    on this machine): for tests that never restart the broker. Its lake is on S3 (``--lake s3``:
+    the stack's SeaweedFS), so the replication tests prove the whole pipeline on an object store."""
+    yield from _supervised(persistent_kafka=False, lake="s3")
 
 
 @pytest.fixture(scope="module")
@@ -623,20 +638,23 @@ def diff(expected: Mapping[Any, Any], actual: Mapping[Any, Any]) -> str:
     return "; ".join(parts) or "equal"
 
 
-def inlet_read(path: Path) -> pa.Table | None:
-    if not (path / ".hoodie" / "hoodie.properties").exists():
+def inlet_read(path: Path | str) -> pa.Table | None:
+    """The table read by Inlet (an s3:// URI with the AWS_* settings of this process); None: no table."""
+    try:
+        return HudiTable.open(str(path)).read()
+    except TableNotFoundError:
         return None
-    return HudiTable.open(str(path)).read()
 
 
-def hudi_rs_read(path: Path, version: str) -> pa.Table | None:
+def hudi_rs_read(path: Path | str, version: str) -> pa.Table | None:
     from hudi import HudiReadOptions, HudiTableBuilder
 
-    table = (
-        HudiTableBuilder.from_base_uri(str(path))
-        .with_hudi_option("hoodie.read.file.group.reader.version", version)
-        .build()
+    builder = HudiTableBuilder.from_base_uri(str(path)).with_hudi_option(
+        "hoodie.read.file.group.reader.version", version
     )
+    if is_s3_uri(str(path)):  # hudi-rs reads no AWS_* settings of its own: storage options
+        builder = builder.with_storage_options(S3Options.from_env().hudi_rs_options())
+    table = builder.build()
     batches = table.read(HudiReadOptions())
     if not batches:
         return None
@@ -647,7 +665,7 @@ def lake_equals(stack: RunningStack, table: str) -> str:
     """ "equal" when Inlet's reader returns exactly the PostgreSQL table, else what differs."""
     cols, keys, expected = postgres_rows(stack.url, table)
     try:
-        got = rows_by_key(inlet_read(stack.table_path(table)), cols, keys)
+        got = rows_by_key(inlet_read(stack.table_uri(table)), cols, keys)
     except AssertionError:
         raise
     except Exception as e:  # a table being created
@@ -676,7 +694,7 @@ def wait_for_lake(stack: RunningStack, tables: Sequence[str], timeout_s: float) 
 def compare_inlet(stack: RunningStack, table: str) -> int:
     """The Hudi table read by Inlet equals PostgreSQL exactly; returns the row count."""
     cols, keys, expected = postgres_rows(stack.url, table)
-    got = rows_by_key(inlet_read(stack.table_path(table)), cols, keys)
+    got = rows_by_key(inlet_read(stack.table_uri(table)), cols, keys)
     assert got == expected, f"{table} (inlet): {diff(expected, got)}"
     return len(expected)
 
@@ -713,17 +731,17 @@ def compare_hudi_rs(
     fails the comparison, and a read that succeeds must still be exactly equal."""
     cols, keys, expected = postgres_rows(stack.url, table)
     shown = 0
-    log_only = log_only_file_groups(stack.table_path(table))
+    log_only = log_only_file_groups(stack.table_uri(table))
     if log_only:
         with pytest.raises(Exception, match='Unable to get field named "_event_lsn"'):
-            hudi_rs_read(stack.table_path(table), "1")
+            hudi_rs_read(stack.table_uri(table), "1")
     for version in versions:
         if version == "1" and log_only:
             with pytest.raises(Exception, match='Unable to get field named "_event_lsn"'):
-                hudi_rs_read(stack.table_path(table), version)
+                hudi_rs_read(stack.table_uri(table), version)
             continue
         try:
-            read = hudi_rs_read(stack.table_path(table), version)
+            read = hudi_rs_read(stack.table_uri(table), version)
         except Exception as e:
             if known_refusal is None or known_refusal not in str(e):
                 raise
@@ -744,16 +762,16 @@ def compare_hudi_rs(
     return shown
 
 
-def latest_slices(path: Path) -> list[Any]:
+def latest_slices(path: Path | str) -> list[Any]:
     return list(HudiTable.open(str(path)).file_system_view().latest_file_slices())
 
 
-def log_only_file_groups(path: Path) -> list[str]:
+def log_only_file_groups(path: Path | str) -> list[str]:
     """File groups whose latest slice has logs but no base file."""
     return [fs.file_id for fs in latest_slices(path) if fs.base_file is None]
 
 
-def slices_with_logs(path: Path) -> list[str]:
+def slices_with_logs(path: Path | str) -> list[str]:
     """File groups whose latest slice still has log files (none right after a full compaction)."""
     return [fs.file_id for fs in latest_slices(path) if fs.log_files]
 
@@ -763,7 +781,7 @@ def compact_now(stack: RunningStack, table: str) -> str | None:
     from inlet.core.storage import Storage
     from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
-    path = str(stack.table_path(table))
+    path = stack.table_uri(table)
     client = CoordinatorClient(stack.coordinator, timeout_s=60)
     try:
         protocol = GrpcCommitProtocol(client, stack.table_id(table), Storage(path))
@@ -793,7 +811,7 @@ def start_tables(stack: RunningStack, prefix: str, seed: int) -> Workload:
 # ---------------------------------------------------------------------------------------------- offsets
 
 
-def commit_offsets(path: Path) -> list[tuple[str, dict[int, tuple[int, int]], dict[int, int], str]]:
+def commit_offsets(path: Path | str) -> list[tuple[str, dict[int, tuple[int, int]], dict[int, int], str]]:
     """(instant, ranges, checkpoint, topic) of each completed write commit with a Kafka checkpoint,
     in completion order."""
     t = HudiTable.open(str(path))
@@ -812,7 +830,7 @@ def commit_offsets(path: Path) -> list[tuple[str, dict[int, tuple[int, int]], di
     return out
 
 
-def check_offsets(path: Path) -> dict[int, int]:
+def check_offsets(path: Path | str) -> dict[int, int]:
     """No two commits consumed the same offset; every commit's checkpoint is the end of its ranges
     and never moves a partition backwards. Returns {partition: offsets consumed by commits}."""
     commits = commit_offsets(path)
@@ -841,4 +859,4 @@ def check_offsets(path: Path) -> dict[int, int]:
 def final_checks(stack: RunningStack, tables: Sequence[str]) -> None:
     for t in tables:
         compare_inlet(stack, t)
-        check_offsets(stack.table_path(t))
+        check_offsets(stack.table_uri(t))

@@ -29,12 +29,16 @@ from conftest import (
     compact_now,
     compare_hudi_rs,
     compare_inlet,
+    postgres_rows,
+    rows_by_key,
     slices_with_logs,
     start_tables,
     wait_for,
     wait_for_lake,
 )
+from support import hudi_rs
 
+from inlet.core.s3 import S3Options
 from inlet.services.stack.processes import free_port
 from inlet.services.stack.supervisor import LOCAL_CONSUMER_OPTIONS
 
@@ -75,17 +79,17 @@ def test_random_workload_equals_postgres_by_both_readers(stack: RunningStack) ->
     customers, orders, lines = w.tables
     for t in w.tables:
         compare_inlet(stack, t)
-        consumed = check_offsets(stack.table_path(t))
+        consumed = check_offsets(stack.table_uri(t))
         assert sum(consumed.values()) > 0
     # updates in log files after the writer's last compaction, so hudi-rs merges them itself
     for _ in range(3):
-        if slices_with_logs(stack.table_path(orders)) and slices_with_logs(stack.table_path(lines)):
+        if slices_with_logs(stack.table_uri(orders)) and slices_with_logs(stack.table_uri(lines)):
             break
         w.update_orders(20)
         w.key_updates(2)
         w.conn.commit()
         wait_for_lake(stack, w.tables, timeout_s=120)
-    assert slices_with_logs(stack.table_path(orders)) and slices_with_logs(stack.table_path(lines))
+    assert slices_with_logs(stack.table_uri(orders)) and slices_with_logs(stack.table_uri(lines))
     for t in w.tables:
         compare_inlet(stack, t)
     compare_hudi_rs(stack, orders, versions=["2"])
@@ -98,7 +102,7 @@ def test_random_workload_equals_postgres_by_both_readers(stack: RunningStack) ->
     # a compaction folds every log into a base file: now both hudi-rs readers, exactly
     for t in w.tables:
         compact_now(stack, t)
-        assert not slices_with_logs(stack.table_path(t))
+        assert not slices_with_logs(stack.table_uri(t))
         compare_hudi_rs(stack, t)
         compare_inlet(stack, t)
     w.close()
@@ -172,7 +176,7 @@ def test_two_writers_share_a_table_and_the_survivor_takes_over(stack: RunningSta
         for line in log_path.read_text().splitlines()
         if line.startswith("{") and '"batch committed"' in line
     } - {None}
-    commits = commit_offsets(stack.table_path("tw_orders"))
+    commits = commit_offsets(stack.table_uri("tw_orders"))
     by_second = [c for c in commits if c[0] in second_instants]
     assert by_second, "the second writer committed nothing to tw_orders"
     assert all(set(c[1]) <= set(owned) for c in by_second), (
@@ -182,7 +186,7 @@ def test_two_writers_share_a_table_and_the_survivor_takes_over(stack: RunningSta
     assert any(set(c[1]) & set(owned) for c in later), "nobody took over the killed writer's partitions"
     for t in w.tables:
         compare_inlet(stack, t)
-        check_offsets(stack.table_path(t))
+        check_offsets(stack.table_uri(t))
 
 
 # ------------------------------------------------------------------------------------------------ 4
@@ -216,7 +220,7 @@ def test_bad_events_go_to_the_dead_letter_topic_and_never_block_the_table(stack:
             conn.execute("DELETE FROM dl_items WHERE id %% 7 = %s", (i,))
     wait_for_lake(stack, ["dl_items"], 120)
     compare_inlet(stack, "dl_items")
-    check_offsets(stack.table_path("dl_items"))
+    check_offsets(stack.table_uri("dl_items"))
 
     def dead_letters() -> list[dict[str, Any]]:
         out = subprocess.run(
@@ -233,3 +237,37 @@ def test_bad_events_go_to_the_dead_letter_topic_and_never_block_the_table(stack:
     # nothing more arrived in the table than PostgreSQL has (id 999 was never inserted)
     with psycopg.connect(stack.url) as conn:
         assert conn.execute("SELECT count(*) FROM dl_items WHERE id = 999").fetchone() == (0,)
+
+
+# ------------------------------------------------------------------------------------------------ 5
+
+
+def test_the_lake_is_in_the_stacks_s3_bucket_readable_with_the_addresses_it_reports(
+    stack: RunningStack,
+) -> None:
+    """``--lake s3``: no table on local disk; the addresses (``inlet stack up``'s JSON line) name the
+    lake ``s3://lake`` and the S3 endpoint, credentials, region and bucket, and with only those hudi-rs
+    reads a replicated table exactly as PostgreSQL has it."""
+    addresses = stack.stack.addresses()
+    assert addresses["lake"] == "s3://lake"
+    s3 = addresses["s3"]
+    assert set(s3) >= {"endpoint", "access_key", "secret_key", "region", "bucket"} and s3["bucket"] == "lake"
+    assert not (Path(stack.config.dir) / "lake").exists()
+    with psycopg.connect(stack.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE s3_items (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO s3_items SELECT g, 'v' || g FROM generate_series(1, 50) g")
+        conn.execute("UPDATE s3_items SET v = 'u' WHERE id % 5 = 0")
+        conn.execute("DELETE FROM s3_items WHERE id % 7 = 0")
+    wait_for_lake(stack, ["s3_items"], 120)
+    options = S3Options(
+        endpoint=s3["endpoint"], region=s3["region"], access_key=s3["access_key"], secret_key=s3["secret_key"]
+    ).hudi_rs_options()
+    cols, keys, expected = postgres_rows(stack.url, "s3_items")
+    got = rows_by_key(
+        hudi_rs.read(
+            f"s3://{s3['bucket']}/{stack.config.database}/public/s3_items", "2", storage_options=options
+        ),
+        cols,
+        keys,
+    )
+    assert got == expected and len(expected) == 43

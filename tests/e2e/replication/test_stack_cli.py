@@ -83,6 +83,9 @@ class Lake:
     def table_path(self, table: str) -> Path:
         return self.lake / self.database / "public" / table
 
+    def table_uri(self, table: str) -> str:
+        return str(self.table_path(table))
+
 
 def start_source(server_dir: Path) -> tuple[EmbeddedPostgres, str]:
     """The user's PostgreSQL: database shop owned by role shop_app (REPLICATION, no superuser),

@@ -23,6 +23,8 @@ from typing import Any
 
 import psycopg
 
+from inlet.core.errors import InletError
+from inlet.core.s3 import is_s3_uri, split_s3_uri
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.runtime import Setting, SettingsError, StopSignal, add_arguments, resolve
 from inlet.services.stack import source
@@ -87,6 +89,15 @@ UP_SETTINGS = (
         metavar="s3|memory",
     ),
     Setting(
+        "lake",
+        "--lake",
+        "where the tables go: local (DIR/lake), s3 (bucket `lake` of the stack's own SeaweedFS; the JSON "
+        "line reports its endpoint and credentials under s3) or s3://BUCKET/PREFIX of an external store "
+        "(endpoint and credentials from AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_REGION, INLET_S3_PATH_STYLE); kept in DIR/config.json (default local)",
+        metavar="local|s3|URI",
+    ),
+    Setting(
         "catalog",
         "--catalog",
         "run a Hive Metastore and keep it in step with every commit (inlet catalog run)",
@@ -119,7 +130,8 @@ UP_SETTINGS = (
 DESCRIPTION = """\
 Run the whole pipeline on this machine, each part a supervised process on 127.0.0.1:
 PostgreSQL (wal_level=logical) -> Debezium (Kafka Connect) -> Kafka (Tansu, topics kept in a local
-S3 store) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table>, committed
+S3 store) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table> (--lake s3:
+s3://lake/... in the stack's S3 store; --lake s3://BUCKET/PREFIX: an external store), committed
 through the commit coordinator, compacted and cleaned by the table-services service, registered
 in a Hive Metastore by catalog sync (database <db>_<schema>). A process that dies is restarted (logs/supervisor.log says so).
 With --source the stack replicates that PostgreSQL instead (checked first: wal_level, the role's
@@ -134,6 +146,7 @@ examples:
   inlet stack down --dir /tmp/stack               # a later `up` resumes where it stopped
   inlet stack up --dir /tmp/shop --source postgresql://inlet:PW@db:5432/shop   # your PostgreSQL
   inlet stack down --dir /tmp/shop --drop-slot    # and drop its slot + publication on the source
+  inlet stack up --dir /tmp/s3 --lake s3          # tables in its SeaweedFS: {"lake": "s3://lake", "s3": {...}}
 """
 
 
@@ -166,6 +179,17 @@ def _supervisor_pid(directory: Path) -> int | None:
     return pid
 
 
+def _check_lake(lake: str) -> None:
+    if lake in ("local", "s3"):
+        return
+    if not is_s3_uri(lake):
+        raise UsageError(f"--lake must be local, s3 or an s3://BUCKET/PREFIX URI, got {lake!r}")
+    try:
+        split_s3_uri(lake)
+    except InletError as e:
+        raise UsageError(str(e)) from None
+
+
 def _config(args: argparse.Namespace) -> StackConfig:
     try:
         values = resolve(args, UP_SETTINGS, ENV_PREFIX)
@@ -194,6 +218,12 @@ def _config(args: argparse.Namespace) -> StackConfig:
                 f"{values['dir']} replicates {source.mask_url(saved.source)}, not "
                 f"{source.mask_url(values['source'])}; use another --dir for another source"
             )
+    lake = values["lake"]
+    if lake is not None:
+        _check_lake(lake)
+    if saved is not None and lake is not None and lake != saved.lake:
+        raise UsageError(f"{values['dir']} keeps its lake at {saved.lake}, not {lake}; use another --dir")
+    values["lake"] = lake or (saved.lake if saved is not None else "local")
     if values["database"] is None:
         values["database"] = source.database_of(values["source"]) if values["source"] else "app"
     return StackConfig(**values)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from inlet.core.s3 import S3Options
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.logs import log_event
 from inlet.services.runtime import StopSignal
@@ -49,6 +50,7 @@ CONFIG_FILE = "config.json"
 PID_FILE = "supervisor.pid"
 INITIAL_LOAD_FILE = "initial_load.json"
 COORDINATOR_DB = "inlet_coordinator"
+LAKE_BUCKET = "lake"  # the embedded SeaweedFS's bucket of a `--lake s3` stack
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STABLE_AFTER_S = 60.0  # a component that ran this long before dying is restarted without backoff
 # One broker on loopback: a short session timeout (Tansu makes a joining member wait half of it)
@@ -81,14 +83,27 @@ class StackConfig:
     initial_load: str = "copy"
     # the user's PostgreSQL (postgresql://user:pass@host:port/db); None: the stack runs its own
     source: str | None = None
+    # where the lake lives: local (DIR/lake), s3 (bucket LAKE_BUCKET of the stack's own SeaweedFS) or
+    # an s3://bucket/prefix URI of an external store (endpoint and credentials from the AWS_* env)
+    lake: str = "local"
 
     @property
     def root(self) -> Path:
         return Path(self.dir)
 
     @property
-    def lake(self) -> Path:
-        return self.root / "lake"
+    def lake_root(self) -> str:
+        """The lake root the writer, the coordinator and the readers use: a directory or an s3:// URI."""
+        if self.lake == "local":
+            return str(self.root / "lake")
+        if self.lake == "s3":
+            return f"s3://{LAKE_BUCKET}"
+        return self.lake
+
+    @property
+    def embedded_s3(self) -> bool:
+        """Whether the stack runs its own SeaweedFS (for Kafka's topics, the lake, or both)."""
+        return self.persistent_kafka or self.lake == "s3"
 
     @property
     def logs(self) -> Path:
@@ -170,8 +185,12 @@ class Stack:
         self.config = config
         config.root.mkdir(parents=True, exist_ok=True)
         config.logs.mkdir(exist_ok=True)
-        config.lake.mkdir(exist_ok=True)
+        if config.lake == "local":
+            Path(config.lake_root).mkdir(exist_ok=True)
         self.ports = Ports.load(config.root / PORTS_FILE)
+        # the S3 settings of the embedded lake bucket, for every process that touches a table (an
+        # external s3:// lake's come from the environment `inlet stack up` ran in, inherited)
+        self.lake_env: dict[str, str] = {}
         self.components: list[Component] = []
         self.restarts: dict[str, int] = {}
         self.state = "starting"
@@ -229,12 +248,41 @@ class Stack:
     def _kafka(self) -> list[Component]:
         out: list[Component] = []
         storage: Any = None
-        if self.config.persistent_kafka:
+        if self.config.embedded_s3:
             from inlet.services.stack import s3 as s3_module
 
             s3 = s3_module.EmbeddedS3(self.config.root / "s3", port=self.ports.get("s3"))
-            out.append(ServerComponent("s3", s3, lambda: {"endpoint": s3.endpoint}))
-            storage = s3_module.kafka_storage(s3, bucket="kafka")
+            # with the lake there too: what a user needs to read the tables (AWS_* for HudiTable,
+            # hudi-rs storage options)
+            lake_s3: dict[str, Any] = {}
+            after_start: Callable[[], None] | None = None
+            if self.config.lake == "s3":
+                lake_s3 = {
+                    "access_key": s3.access_key,
+                    "secret_key": s3.secret_key,
+                    "region": s3.region,
+                    "bucket": LAKE_BUCKET,
+                }
+                self.lake_env = S3Options(
+                    endpoint=s3.endpoint,
+                    region=s3.region,
+                    access_key=s3.access_key,
+                    secret_key=s3.secret_key,
+                    path_style=True,
+                ).to_env()
+
+                def after_start() -> None:
+                    s3.create_bucket(LAKE_BUCKET)
+                    # the supervisor itself writes tables too (the initial COPY load)
+                    os.environ.update(self.lake_env)
+
+            out.append(
+                ServerComponent(
+                    "s3", s3, lambda: {"endpoint": s3.endpoint, **lake_s3}, after_start=after_start
+                )
+            )
+            if self.config.persistent_kafka:
+                storage = s3_module.kafka_storage(s3, bucket="kafka")
         kafka = EmbeddedKafka(
             port=self.ports.get("kafka"), log_path=self.config.logs / "kafka.log", storage=storage
         )
@@ -272,6 +320,7 @@ class Stack:
                 argv,
                 self.config.logs / "catalog_sync.log",
                 f"http://127.0.0.1:{port}/healthz",
+                env=dict(self.lake_env),
             )
         ]
 
@@ -296,6 +345,7 @@ class Stack:
                 argv,
                 self.config.logs / "table_services.log",
                 f"http://127.0.0.1:{port}/healthz",
+                env=dict(self.lake_env),
             )
         ]
 
@@ -313,7 +363,7 @@ class Stack:
             "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--lake-root",
-            str(self.config.lake),
+            self.config.lake_root,
         )
         return CommandComponent(
             "coordinator",
@@ -321,6 +371,7 @@ class Stack:
             self.config.logs / "coordinator.log",
             port=port,
             extra={"address": self.coordinator_address},
+            env=dict(self.lake_env),
         )
 
     def _debezium(self) -> ServerComponent:
@@ -381,7 +432,7 @@ class Stack:
                     self.source_url,
                     self.config.tables,
                     client=client,
-                    lake_root=str(self.config.lake),
+                    lake_root=self.config.lake_root,
                     topic_prefix=self.config.database,
                     slot=dbz.slot_name,
                     publication=dbz.publication_name,
@@ -435,7 +486,7 @@ class Stack:
             "--coordinator",
             self.coordinator_address,
             "--lake-root",
-            str(self.config.lake),
+            self.config.lake_root,
             "--engine",
             self.config.engine,
             "--batch-interval-ms",
@@ -448,13 +499,17 @@ class Stack:
             *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka", opt)),
         )
         return CommandComponent(
-            "writer", argv, self.config.logs / "writer.log", f"http://127.0.0.1:{port}/healthz"
+            "writer",
+            argv,
+            self.config.logs / "writer.log",
+            f"http://127.0.0.1:{port}/healthz",
+            env=dict(self.lake_env),
         )
 
     # -- supervision ------------------------------------------------------------------------------
 
     def addresses(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"dir": str(self.config.root), "lake": str(self.config.lake)}
+        out: dict[str, Any] = {"dir": str(self.config.root), "lake": self.config.lake_root}
         if self.config.source:
             out["source"] = {"url": source.mask_url(self.config.source), "slot": self.config.replication_name}
         for c in self.components:
