@@ -276,16 +276,7 @@ class Tx:
     def instant_by_begin_request(self, table_id: str, request_id: str) -> InstantRow | None:
         """The instant issued for ``request_id``; the table's pending instants come with it (one
         query), kept for this transaction."""
-        rows = [
-            _instant(r)
-            for r in self._all(
-                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
-                f"AND (begin_request_id = %s OR {_PENDING}) ORDER BY instant_time",
-                (table_id, request_id),
-            )
-        ]
-        self._pending[table_id] = [r for r in rows if r.pending]
-        return next((r for r in rows if r.begin_request_id == request_id), None)
+        return self._with_pending(table_id, "begin_request_id", request_id)
 
     def pending_instants(self, table_id: str) -> list[InstantRow]:
         if table_id not in self._pending:
@@ -300,16 +291,21 @@ class Tx:
     def instant_and_pending(self, table_id: str, time: str) -> InstantRow | None:
         """:meth:`instant` and :meth:`pending_instants` (kept for this transaction) in one query.
         Takes no row lock on the instant: its state only changes under the table's row lock."""
+        return self._with_pending(table_id, "instant_time", time)
+
+    def _with_pending(self, table_id: str, column: str, value: str) -> InstantRow | None:
+        """The instant whose ``column`` is ``value``, and the table's pending instants (kept for
+        this transaction), in one query."""
         rows = [
             _instant(r)
             for r in self._all(
                 f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
-                f"AND (instant_time = %s OR {_PENDING}) ORDER BY instant_time",
-                (table_id, time),
+                f"AND ({column} = %s OR {_PENDING}) ORDER BY instant_time",
+                (table_id, value),
             )
         ]
         self._pending[table_id] = [r for r in rows if r.pending]
-        return next((r for r in rows if r.instant_time == time), None)
+        return next((r for r in rows if getattr(r, column) == value), None)
 
     def instants(self, table_id: str) -> list[InstantRow]:
         rows = self._all(
