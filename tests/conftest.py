@@ -40,6 +40,8 @@ import contextlib
 import os
 import re
 import shutil
+import signal
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -92,7 +94,79 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return _group_of(nodeid)
 
+        def remove_node(self, node: Any) -> str | None:
+            """A crashed worker's test is reported failed, not rerun; the rest of its units go back.
+
+            xdist's own version requeued the crashed test with its unit, and when that was the unit's
+            last test the run waited forever (a crash in CI became a 90-minute timeout)."""
+            workload: dict[str, dict[str, bool]] = self.assigned_work.pop(node)
+            pending = [(scope, t) for scope, unit in workload.items() for t, done in unit.items() if not done]
+            if not pending:
+                return None
+            scope, crashed = pending[0]
+            workload[scope][crashed] = True
+            self.workqueue.update((s, unit) for s, unit in workload.items() if not all(unit.values()))
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashed
+
     return ByGroup(config, log)
+
+
+# The controller of a parallel run ends what a crashed worker started. A worker that dies (a segfault,
+# or pytest-timeout's thread method ending a hung test) never runs its fixtures' teardown, and the
+# servers it started (PostgreSQL, Tansu, Debezium's JVM, a whole stack) would run on, eating the two
+# cores while the replacement worker reruns the unit. Every process a worker starts inherits its
+# PYTEST_XDIST_TESTRUNUID/PYTEST_XDIST_WORKER environment (the servers' environments derive from
+# os.environ), which is how they are found: no process tree is needed (stacks daemonize).
+_run_ids: set[str] = set()
+
+
+def _processes_started_by(testrunuid: str, worker: str | None = None) -> list[tuple[int, str]]:
+    """(pid, command line) of live processes carrying this run's (and ``worker``'s) marks."""
+    marks = {f"PYTEST_XDIST_TESTRUNUID={testrunuid}".encode()}
+    if worker is not None:
+        marks.add(f"PYTEST_XDIST_WORKER={worker}".encode())
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = set(Path(entry.path, "environ").read_bytes().split(b"\0"))
+            cmdline = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or a kernel thread
+            continue
+        if marks <= environ:
+            found.append((int(entry.name), cmdline.strip()))
+    return found
+
+
+def _kill(processes: list[tuple[int, str]], why: str) -> None:
+    for pid, cmdline in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        print(f"\n{why}: killed {pid} {cmdline[:160]}", file=sys.stderr)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """(Controller) remember the run's id, which its workers put in their processes' environment."""
+    _run_ids.add(node.workerinput["testrunuid"])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    """(Controller) a worker died: end every process it started, before its replacement starts."""
+    if error is not None:
+        worker = node.workerinput["workerid"]
+        _kill(_processes_started_by(node.workerinput["testrunuid"], worker), f"worker {worker} crashed")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """(Controller) nothing a worker started outlives the run; what is left is named (a leak to fix)."""
+    for run_id in _run_ids:
+        _kill(_processes_started_by(run_id), "left running at the end of the run")
 
 
 @pytest.fixture
