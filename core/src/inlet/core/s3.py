@@ -32,6 +32,8 @@ from inlet.core.config import ConfigKey, parse_bool
 from inlet.core.errors import InvalidConfigError
 from inlet.core.storage_requests import RequestCounts
 
+_S3_INIT = threading.Lock()
+
 #: URI schemes read as S3 (``s3a://`` is what Hadoop and Apache Hudi's catalogs register).
 S3_SCHEMES = ("s3://", "s3a://", "s3n://")
 
@@ -153,7 +155,9 @@ class S3Options:
             kwargs["secret_key"] = self.secret_key
             if self.session_token:
                 kwargs["session_token"] = self.session_token
-        return pafs.S3FileSystem(**kwargs)
+        with _S3_INIT:  # the AWS SDK's first use from two threads at once can segfault (apache/arrow#39703)
+            pafs.ensure_s3_initialized()
+            return pafs.S3FileSystem(**kwargs)
 
     def hudi_rs_options(self) -> dict[str, str]:
         """Storage options for hudi-rs / the Rust ``object_store`` crate (``aws_*`` keys)."""
