@@ -34,6 +34,16 @@ from inlet.core.storage_requests import RequestCounts
 
 _S3_INIT = threading.Lock()
 
+
+def new_s3_filesystem(**kwargs: object) -> pafs.S3FileSystem:
+    """``pyarrow.fs.S3FileSystem(**kwargs)``, one construction at a time after the AWS SDK is initialised:
+    its first use from two threads at once can segfault (apache/arrow#39703), and the coordinator and
+    writers open S3 tables from several threads."""
+    with _S3_INIT:
+        pafs.ensure_s3_initialized()
+        return pafs.S3FileSystem(**kwargs)
+
+
 #: URI schemes read as S3 (``s3a://`` is what Hadoop and Apache Hudi's catalogs register).
 S3_SCHEMES = ("s3://", "s3a://", "s3n://")
 
@@ -155,9 +165,7 @@ class S3Options:
             kwargs["secret_key"] = self.secret_key
             if self.session_token:
                 kwargs["session_token"] = self.session_token
-        with _S3_INIT:  # the AWS SDK's first use from two threads at once can segfault (apache/arrow#39703)
-            pafs.ensure_s3_initialized()
-            return pafs.S3FileSystem(**kwargs)
+        return new_s3_filesystem(**kwargs)
 
     def hudi_rs_options(self) -> dict[str, str]:
         """Storage options for hudi-rs / the Rust ``object_store`` crate (``aws_*`` keys)."""

@@ -40,6 +40,7 @@ from types import TracebackType
 
 from pyarrow import fs as pafs
 
+from inlet.core.s3 import new_s3_filesystem
 from inlet.services.stack.processes import (
     LOOPBACK,
     StackError,
@@ -127,7 +128,7 @@ class S3Storage:
     def filesystem(self) -> pafs.S3FileSystem:
         """A pyarrow ``S3FileSystem`` on this endpoint with these credentials (paths are ``BUCKET/KEY``)."""
         scheme, _, host = self.endpoint.partition("://")
-        return pafs.S3FileSystem(
+        return new_s3_filesystem(
             access_key=self.access_key,
             secret_key=self.secret_key,
             region=self.region,
