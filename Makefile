@@ -9,7 +9,7 @@ LINT_PATHS := core proto services tests $(wildcard benchmarks)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: install demo test test-fast check bench clean proto
+.PHONY: install demo test test-fast check bench clean proto docs
 
 # Bootstrap uv into a private tools venv (works where the system pip is externally managed),
 # then install the whole workspace from the lock file into .venv.
@@ -33,8 +33,13 @@ check: install
 	$(VENV)/bin/mypy services/src/inlet/services
 	$(VENV)/bin/python tests/check_layering.py
 	$(VENV)/bin/python proto/generate.py --check
+	$(VENV)/bin/python -m inlet.services.settings_doc --check
 	$(VENV)/bin/buf lint proto
 	proto/check_breaking.sh
+
+# Regenerate docs/settings.md from the services' settings tables after changing a Setting.
+docs: install
+	$(VENV)/bin/python -m inlet.services.settings_doc --write
 
 # Regenerate the committed protobuf/gRPC stubs after editing proto/src/**/*.proto.
 proto: install

@@ -6,7 +6,7 @@ digits and NaN/Infinity, float NaN and infinities (also in arrays), arrays with 
 jsonb/json, uuid, bytea, an enum with quotes, intervals at Debezium's limits, money's bounds, time
 24:00 and timetz. ``EDGE_STORED`` is what the writer stores for them, by row id (dates and
 timestamps as their day and microsecond numbers, NaN as "nan" through :func:`nan_text`), worked out
-from the SQL literals and the mappings in the README ("Values at the edges"): the initial load's COPY
+from the SQL literals and the mappings in docs/cdc.md ("Values at the edges"): the initial load's COPY
 must store exactly this (tests/integration/writer/test_initial_load_copy.py), and so must streaming
 through the live Debezium connector (tests/integration/cdc_consumer/test_decode_live_types.py).
 """
@@ -67,7 +67,7 @@ _ROWS = [
 ]
 
 
-# what the writer stores for those rows: the mappings of the README; numeric NaN/Infinity null
+# what the writer stores for those rows: the mappings of docs/cdc.md; numeric NaN/Infinity null
 # (Debezium sends null); intervals as Debezium computes MicroDuration (in doubles: 2147483647 hours
 # 59:59.999999 is 7730941132800000000; '178000000 years' saturates; 'infinity' is 0)
 EDGE_STORED: dict[int, dict[str, Any]] = {

@@ -80,7 +80,18 @@ def add_arguments(
             kwargs["metavar"] = s.metavar or s.name.upper()
             if s.kind in ("list", "pairs"):
                 kwargs["action"] = "append"
-        parser.add_argument(s.flag, **kwargs)
+        action = parser.add_argument(s.flag, **kwargs)
+        setattr(action, _DECLARED, (s, env_prefix))
+
+
+_DECLARED = "inlet_declared_setting"
+
+
+def declared_setting(action: argparse.Action) -> tuple[Setting, str] | None:
+    """The :class:`Setting` and environment prefix an option was added from by :func:`add_arguments`
+    (None for an option declared otherwise): what ``docs/settings.md`` is generated from."""
+    found: tuple[Setting, str] | None = getattr(action, _DECLARED, None)
+    return found
 
 
 _MORE_PAIRS = re.compile(r",\s*[A-Za-z_][\w.-]*=")

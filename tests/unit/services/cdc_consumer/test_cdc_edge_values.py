@@ -2,7 +2,7 @@
 
 Every wire value below was read from the live connector (default settings, JSON with schemas) for
 the SQL literal in the comment; the live end-to-end check is
-tests/integration/cdc_consumer/test_decode_live_types.py. Mappings (README, "Values at the edges"):
+tests/integration/cdc_consumer/test_decode_live_types.py. Mappings (docs/cdc.md, "Values at the edges"):
 timestamp/timestamptz ``±infinity`` -> the int64 bounds in microseconds, date ``±infinity`` -> the
 int32 bounds in days, whatever form Debezium used; an instant past int64 microseconds is refused
 with the reason (dead letter), never wrapped around.

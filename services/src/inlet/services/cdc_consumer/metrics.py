@@ -61,7 +61,7 @@ class FastHistogram(Collector):
 
 
 class CdcMetrics:
-    """The service's metrics; names are listed in the README (``inlet_cdc_*``)."""
+    """The service's metrics; names are listed in docs/cdc.md and docs/metrics.md (``inlet_cdc_*``)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()

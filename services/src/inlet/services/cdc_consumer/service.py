@@ -30,7 +30,7 @@ and everything resumes when a broker is back.
 
 Why not faust-streaming (which the issue asked for): against this broker a faust agent that only
 relays records (no decoding) moved ~3,000-4,000 records/s, one to two orders of magnitude below the
-20,000 events/s per core the service needs, while a librdkafka relay moves ~300,000/s; see the README.
+20,000 events/s per core the service needs, while a librdkafka relay moves ~300,000/s; see docs/cdc.md.
 """
 
 from __future__ import annotations

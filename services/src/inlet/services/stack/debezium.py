@@ -67,7 +67,7 @@ _PG_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: Worker settings for the producer that carries the change events. They are what Connect 4.3 already
 #: uses for source tasks (its log shows ``enable.idempotence = false``, ``acks = -1``,
 #: ``max.in.flight.requests.per.connection = 1``), stated so that a Connect default changing cannot move
-#: the pipeline onto what Tansu does badly (DESIGN.md section 6): Tansu's transactions are not
+#: the pipeline onto what Tansu does badly (docs/stack.md, "Embedded parts"): Tansu's transactions are not
 #: Kafka-correct, so ``exactly.once.source.support`` stays off and nothing is produced transactionally;
 #: and no idempotent producer (InitProducerId / sequence checks) is relied on - the Java client's
 #: idempotent producer did deliver against Tansu in a trial, but exactly-once comes from idempotent Hudi

@@ -21,7 +21,7 @@ engine), so a broker started again on the same bucket resumes where the last one
 Tansu writes every produced batch, watermark and committed offset to the store before it answers, so
 SIGKILL after ``stop_grace_s`` loses nothing that was acknowledged.
 
-Tansu limits (DESIGN.md section 6): transactions are not Kafka-correct and ListOffsets(latest)
+Tansu limits (docs/stack.md, "Embedded parts"): transactions are not Kafka-correct and ListOffsets(latest)
 (``get_watermark_offsets``) is not the log end (a produced batch's base offset + 1; on S3 storage
 stale, kept across restarts) while a Fetch response's high watermark is right; a new consumer group waits half of ``session.timeout.ms`` before its first fetch, so consumers
 should use :data:`TEST_CONSUMER_SETTINGS`. Topics are auto-created on first produce (4 partitions):
