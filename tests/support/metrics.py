@@ -32,6 +32,20 @@ def sample_names(text: str) -> set[str]:
     return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def exposed_names(text: str) -> set[str]:
+    """Every metric name a scrape declares, with or without samples yet (a labelled counter or
+    histogram has none until first used): family names, a counter's ``_total``, sample names."""
+    names: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        names.add(family.name)
+        if family.type == "counter":
+            names.add(family.name + "_total")
+        if family.type == "histogram":
+            names.update(family.name + s for s in ("_bucket", "_count", "_sum"))
+        names.update(s.name for s in family.samples)
+    return names
+
+
 def _names(registry: CollectorRegistry) -> set[str]:
     names: set[str] = set()
     for family in registry.collect():
