@@ -3,7 +3,6 @@ metric name the services register (what alert rules and dashboards may refer to)
 
 from __future__ import annotations
 
-import re
 import urllib.request
 
 from prometheus_client import CollectorRegistry
@@ -46,21 +45,30 @@ def exposed_names(text: str) -> set[str]:
     return names
 
 
-def _names(registry: CollectorRegistry) -> set[str]:
-    names: set[str] = set()
-    for family in registry.collect():
-        names.add(family.name)
-        if family.type == "counter":  # a labelled counter has no sample until used
-            names.add(family.name + "_total")
-        if family.type == "histogram":
-            names.update(family.name + s for s in ("_bucket", "_count", "_sum"))
-        names.update(s.name for s in family.samples)
-    return names
+def _labelled_names(registry: CollectorRegistry) -> dict[str, frozenset[str]]:
+    """Every sample name of ``registry`` with the labels its samples carry (declared labels, so a
+    labelled metric counts before its first sample)."""
+    out: dict[str, frozenset[str]] = {}
+    collectors = list(registry._collector_to_names)  # the registry lists its collectors no other way
+    for collector in collectors:
+        declared = getattr(collector, "_labelnames", None)
+        for family in collector.collect():
+            labels = frozenset(declared if declared is not None else getattr(family, "_labelnames", ()))
+            labels |= {k for s in family.samples for k in s.labels if k != "le"}
+            names = {family.name, *(s.name for s in family.samples)}
+            if family.type == "counter":
+                names.add(family.name + "_total")
+            if family.type == "histogram":
+                names.update(family.name + x for x in ("_count", "_sum"))
+                out[family.name + "_bucket"] = labels | {"le"}
+            for n in names:
+                out[n] = labels
+    return out
 
 
-def registered_metric_names() -> set[str]:
-    """Every sample name an Inlet service can expose: the CDC consumer (its slot monitor
-    included), the writer, the coordinator, catalog sync and table services."""
+def registered_metrics() -> dict[str, frozenset[str]]:
+    """Every sample name an Inlet service can expose, with its labels: the CDC consumer (its slot
+    monitor included), the writer, the coordinator, catalog sync and table services."""
     from inlet.services.catalog_sync.service import Metrics as CatalogMetrics
     from inlet.services.cdc_consumer.metrics import CdcMetrics
     from inlet.services.cdc_consumer.slots import SlotMonitor
@@ -77,18 +85,51 @@ def registered_metric_names() -> set[str]:
         CatalogMetrics().registry,
         TableServicesMetrics().registry,
     ]
-    return set().union(*(_names(r) for r in registries))
+    out: dict[str, frozenset[str]] = {}
+    for r in registries:
+        for name, labels in _labelled_names(r).items():
+            out[name] = out.get(name, frozenset()) | labels
+    return out
 
 
-def promql_words(expr: str) -> set[str]:
-    """The identifiers of a PromQL expression outside label matchers, ranges and strings (metric
-    names, functions, keywords and the labels of ``by``/``on``)."""
-    bare = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)  # strings (label values)
-    bare = re.sub(r"\{[^}]*\}", "", bare)  # label matchers
-    bare = re.sub(r"\[[^\]]*\]", "", bare)  # ranges
-    return set(re.findall(r"[a-zA-Z_][a-zA-Z0-9_]*", bare))
+def registered_metric_names() -> set[str]:
+    return set(registered_metrics())
+
+
+def promql_selectors(expr: str) -> list[tuple[str, set[str]]]:
+    """Each series selector of a PromQL expression: its metric name and the labels it matches on.
+    Raises ValueError (naming the problem) when the expression does not parse, as promtool would."""
+    import promql_parser
+
+    found: list[tuple[str, set[str]]] = []
+
+    def visit(node: object) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append((node.name or "", {m.name for m in node.matchers.matchers}))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
+
+
+def check_promql(expr: str, known: dict[str, frozenset[str]]) -> list[str]:
+    """What is wrong with ``expr`` against the registered metrics (empty: nothing): a syntax error,
+    a metric no service registers, a label matcher on a label the metric does not carry, or no
+    Inlet metric at all."""
+    try:
+        selectors = promql_selectors(expr)
+    except ValueError as e:
+        return [f"does not parse: {e}"]
+    problems = []
+    for name, labels in selectors:
+        if name not in known:
+            problems.append(f"{name} is registered by no service")
+        elif labels - known[name]:
+            problems.append(f"{name} has no label {sorted(labels - known[name])}")
+    if not any(n.startswith("inlet_") for n, _ in selectors):
+        problems.append("reads no Inlet metric")
+    return problems
 
 
 def promql_metrics(expr: str) -> set[str]:
-    """The Inlet metric names a PromQL expression reads."""
-    return {w for w in promql_words(expr) if w.startswith("inlet_")}
+    """The metric names a PromQL expression reads."""
+    return {name for name, _ in promql_selectors(expr)}

@@ -7,10 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from support.metrics import promql_metrics, promql_words, registered_metric_names
+from support.metrics import check_promql, promql_metrics, registered_metrics
 
 DASHBOARD = Path(__file__).resolve().parents[3] / "deploy" / "grafana" / "inlet.json"
-FUNCTIONS = {"time", "max", "sum", "by", "rate", "increase", "histogram_quantile", "le"}
 # issue #22: freshness, lag, slot WAL, commit latency, conflicts, outbox, dead letters
 SHOWN = {
     "inlet_writer_last_commit_timestamp_seconds",
@@ -33,17 +32,13 @@ def test_dashboard_panels_query_registered_metrics() -> None:
     assert doc["uid"] and doc["title"]
     panels = [p for p in doc["panels"] if p["type"] != "row"]
     assert len({p["id"] for p in doc["panels"]}) == len(doc["panels"])  # ids unique
-    known = registered_metric_names()
+    known = registered_metrics()
     used: set[str] = set()
     for p in panels:
         assert p["title"] and p["targets"] and set(p["gridPos"]) == {"h", "w", "x", "y"}, p["title"]
         assert p["datasource"]["uid"] == "${datasource}", p["title"]
         for t in p["targets"]:
-            metrics = promql_metrics(t["expr"])
-            assert metrics, f"{p['title']}: {t['expr']} reads no Inlet metric"
-            assert metrics <= known, f"{p['title']}: {sorted(metrics - known)} registered by no service"
-            labels = {"table", "slot", "topic", "consumer", "mode", "against", "error_class"}
-            odd = promql_words(t["expr"]) - metrics - FUNCTIONS - labels
-            assert not odd, f"{p['title']}: {odd}"
-            used |= metrics
+            problems = check_promql(t["expr"], known)
+            assert not problems, f"{p['title']}: {t['expr']}: {problems}"
+            used |= promql_metrics(t["expr"])
     assert used >= SHOWN, f"no panel shows {sorted(SHOWN - used)}"
