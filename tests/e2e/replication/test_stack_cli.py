@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import check_offsets, compare_inlet, processes_mentioning, wait_for, wait_for_lake
+from support.metrics import exposed_names, scrape
 
 from inlet.services.stack import EmbeddedPostgres
 from inlet.services.stack.source import replication_name
@@ -35,6 +36,32 @@ COMPONENTS = {
     "cdc_consumer",
     "writer",
     "table_services",
+}
+
+
+# what each service's /metrics must offer (issue #22: freshness, lag, slot WAL, coordinator)
+METRICS = {
+    "coordinator": {
+        "inlet_coordinator_commit_latency_seconds_bucket",
+        "inlet_coordinator_conflicts_total",
+        "inlet_coordinator_outbox_pending_events",
+        "inlet_coordinator_outbox_oldest_event_age_seconds",
+        "inlet_coordinator_janitor_rollbacks_total",
+    },
+    "cdc_consumer": {
+        "inlet_kafka_consumer_lag_records",
+        "inlet_cdc_slot_lag_bytes",
+        "inlet_cdc_slot_retained_wal_bytes",
+        "inlet_cdc_slot_wal_budget_bytes",
+        "inlet_cdc_dead_letters_total",
+    },
+    "writer": {
+        "inlet_writer_last_commit_timestamp_seconds",
+        "inlet_writer_last_freshness_seconds",
+        "inlet_kafka_consumer_lag_records",
+        "inlet_writer_dead_letters_total",
+    },
+    "table_services": {"inlet_table_services_runs_total"},
 }
 
 
@@ -146,6 +173,12 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             isinstance(st["source"]["retained_wal_bytes"], int)
             and not st["source"]["holds_wal_while_stopped"]
         )
+        # every service's metrics URL is listed, and serves what an on-call engineer needs
+        assert set(st["metrics"]) == {n for n, c in comps.items() if c.get("metrics")} >= set(METRICS)
+        for component, endpoint in st["metrics"].items():
+            assert endpoint == comps[component]["metrics"] and endpoint.startswith("http://127.0.0.1:")
+            names = exposed_names(scrape(endpoint))
+            assert names >= METRICS.get(component, set()), (component, METRICS[component] - names)
 
         # a killed component is restarted and says so
         old = comps["cdc_consumer"]["pid"]

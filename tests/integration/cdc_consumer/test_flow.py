@@ -78,7 +78,15 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
         customers = f"{prefix}.public.customers"
         # consumer lag per partition: caught up
         wait_for(
-            lambda: metric_value(scrape(address), "inlet_cdc_consumer_lag", topic=customers) == 0,
+            lambda: (
+                metric_value(
+                    scrape(address),
+                    "inlet_kafka_consumer_lag_records",
+                    consumer="cdc_consumer",
+                    topic=customers,
+                )
+                == 0
+            ),
             timeout_s=15,
         )
         metrics = scrape(address)

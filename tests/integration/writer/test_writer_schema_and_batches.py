@@ -78,6 +78,17 @@ def test_schema_evolution_and_incompatible_change_pauses_only_that_table(
     assert read_rows(bpath, ["id", "name", "note", "amount"], ["id"]) == bad_before
     assert parse_checkpoint(commits(bpath)[-1][2][CHECKPOINT_KEY]) == (bad.topic, {0: 1})
     assert w.writer.health()[1]["tables"][bad.table_id]["error"]
+    # the consumer lag of every assigned partition, under the name all consuming services share
+    wait_for(
+        lambda: (
+            w.writer.metrics.registry.get_sample_value(
+                "inlet_kafka_consumer_lag_records",
+                {"consumer": "writer", "topic": good.topic, "partition": "0"},
+            )
+            is not None
+        ),
+        what="the writer's consumer lag",
+    )
 
 
 def test_batches_never_split_a_source_transaction(start_writer, kafka_server, kafka_bootstrap, lake, prefix):

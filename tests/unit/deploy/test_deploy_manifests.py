@@ -526,11 +526,12 @@ def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
                 where
             )
             ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
-            if "metrics" in ports:  # an HTTP service: split probes, Prometheus scrape annotations
-                # restarted only when its loop stopped turning (/livez), never for a dependency's
-                # outage, which only makes it not ready (/readyz)
-                assert c["livenessProbe"]["httpGet"]["path"] == "/livez", where
-                assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", where
+            if "metrics" in ports:  # Prometheus scrape annotations
+                if "grpc" not in ports:  # an HTTP service: split probes
+                    # restarted only when its loop stopped turning (/livez), never for a dependency's
+                    # outage, which only makes it not ready (/readyz)
+                    assert c["livenessProbe"]["httpGet"]["path"] == "/livez", where
+                    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", where
                 ann = doc["spec"]["template"]["metadata"].get("annotations", {})
                 assert ann.get("prometheus.io/scrape") == "true", where
                 assert ann.get("prometheus.io/port") == str(ports["metrics"]), where
@@ -694,6 +695,7 @@ def test_compose_coordinator_serves_tls_and_passes_its_health_checks(tmp_path: P
     address = f"127.0.0.1:{_free_port()}"
     argv = [w.replace("/var/lib/inlet/secrets/", f"{secrets}/") for w in coord["command"]]
     argv[argv.index("--listen") + 1] = address  # tests bind loopback only
+    argv[argv.index("--metrics-listen") + 1] = "127.0.0.1:0"
     i = argv.index("--kafka-bootstrap")
     del argv[i : i + 2]  # no broker here: commit events stay in the outbox
     env = {k: v for k, v in os.environ.items() if not k.startswith("INLET_")}
@@ -712,7 +714,9 @@ def test_compose_coordinator_serves_tls_and_passes_its_health_checks(tmp_path: P
                 line = proc.stdout.readline()  # type: ignore[union-attr]
         stderr = proc.stderr.read() if proc.poll() is not None else ""  # type: ignore[union-attr]
         assert line, f"the coordinator did not start: {stderr}"
-        assert json.loads(line) == {"event": "serving", "address": address, "tls": True}
+        serving = json.loads(line)
+        assert serving.pop("metrics").startswith("127.0.0.1:")
+        assert serving == {"event": "serving", "address": address, "tls": True}
         compose_check = _healthcheck_argv(coord["healthcheck"]["test"][1:], secrets, address)
         done = subprocess.run(compose_check, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and done.stdout.strip() == "SERVING", done.stderr

@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
@@ -271,6 +271,31 @@ class ObjectStoreRequests(Collector):
             for kind, n in counts.snapshot().items():
                 family.add_metric([bucket, kind], n)
         yield family
+
+
+CONSUMER_LAG = "inlet_kafka_consumer_lag_records"
+
+
+class ConsumerLag:
+    """``inlet_kafka_consumer_lag_records{consumer, topic, partition}``: records between a Kafka
+    consumer's position and the partition's high watermark. One name for every Inlet service that
+    consumes (``consumer`` names it: ``cdc_consumer``, ``writer``), so one query or alert covers all."""
+
+    def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
+        self.consumer = consumer
+        self.gauge = Gauge(
+            CONSUMER_LAG,
+            "records behind the partition's high watermark (as the broker reports it), by consuming "
+            "service, topic and partition",
+            ["consumer", "topic", "partition"],
+            registry=registry,
+        )
+
+    def labels(self, topic: str, partition: str) -> Gauge:
+        return self.gauge.labels(self.consumer, topic, partition)
+
+    def remove(self, topic: str, partition: str) -> None:
+        self.gauge.remove(self.consumer, topic, partition)
 
 
 def serve_http(

@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from inlet.services.runtime import ConsumerLag
+
 DECODE_BUCKETS = (
     0.00001,
     0.000025,
@@ -87,12 +89,7 @@ class CdcMetrics:
         self.decode_seconds = FastHistogram(
             "inlet_cdc_decode_seconds", "time to decode one Debezium record", DECODE_BUCKETS, r
         )
-        self.consumer_lag = Gauge(
-            "inlet_cdc_consumer_lag",
-            "records behind the partition's high watermark (as the broker reports it)",
-            ["topic", "partition"],
-            registry=r,
-        )
+        self.consumer_lag = ConsumerLag(r, "cdc_consumer")
         self.last_source_ts = Gauge(
             "inlet_cdc_last_source_timestamp_seconds",
             "source commit time (source.ts_ms) of the latest change processed",

@@ -2,7 +2,8 @@
 
 Every flag also comes from an ``INLET_COORDINATOR_*`` environment variable (named in ``--help``);
 a flag wins over its variable. On start it prints one JSON line on stdout,
-``{"event": "serving", "address": "HOST:PORT", ...}``; logs go to stderr.
+``{"event": "serving", "address": "HOST:PORT", "metrics": "HOST:PORT", ...}`` (``metrics``: where
+/metrics, /livez and /readyz are served, see docs/metrics.md); logs go to stderr.
 
 Also runnable alone: ``python -m inlet.services.cli.coordinator serve ...``.
 """
@@ -93,7 +94,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(e.message) from None
     with StopSignal() as stop:
         try:
-            announce(address=running.address, tls=bool(config.tls_cert))
+            announce(address=running.address, tls=bool(config.tls_cert), metrics=running.metrics_address)
             while not stop.wait(0.5):
                 pass
         finally:

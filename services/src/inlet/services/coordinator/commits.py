@@ -43,6 +43,11 @@ from inlet.services.coordinator.errors import (
 )
 from inlet.services.coordinator.events import commit_event, event_id
 from inlet.services.coordinator.leases import Fence, Leases, check_fence, registered
+from inlet.services.coordinator.metrics import (
+    AGAINST_COMPLETED,
+    AGAINST_PENDING_CLUSTERING,
+    CoordinatorMetrics,
+)
 from inlet.services.coordinator.store import COMPLETED, ROLLED_BACK, InstantRow, Store, TableRow, Tx
 from inlet.services.coordinator.timelines import Timelines
 from inlet.services.writer import checkpoint as kafka_checkpoint
@@ -120,8 +125,10 @@ class Coordinator:
         lock_lease_ms: int,
         coordinator_id: str | None = None,
         lock_wait_slots: int | None = None,
+        metrics: CoordinatorMetrics | None = None,
     ) -> None:
         self.store = store
+        self.metrics = metrics or CoordinatorMetrics(outbox=store.outbox_backlog)
         self.lake_roots = list(lake_roots)
         self.heartbeat_timeout_ms = heartbeat_timeout_ms
         self.lock_lease_ms = lock_lease_ms
@@ -527,6 +534,7 @@ class Coordinator:
             table = registered(tx, table_id, lock=True)
             tl = self.timeline(table)
             row, current = self._tracked(tx, table, tl, t)
+            read_at = time.monotonic()  # row.age_ms: the instant's age then
             self._check_action(row, action)
             eid = event_id(table_id, t)
             if row.state == COMPLETED:
@@ -569,6 +577,9 @@ class Coordinator:
             self.storage(table).write_atomic(tl.path_of(done), data)
             if metadata is not None:  # the next commit's conflict check and fence need not read it
                 tl.remember_metadata(done, metadata)
+        self.metrics.commit_latency.labels(table_id, done.action).observe(
+            row.age_ms / 1000 + (time.monotonic() - read_at)
+        )
         log.info("completed %s %s at %s on %s", done.action, t, done.completion_time, table_id)
         return Completion(done, eid)
 
@@ -614,6 +625,7 @@ class Coordinator:
         conflicts = find_conflicts(tl, instant, metadata)
         if conflicts:
             other, groups = conflicts[0]
+            self.metrics.conflicts.labels(table.table_id, mode, AGAINST_COMPLETED).inc()
             raise Conflict(
                 f"instant {instant.time} conflicts with {other.action} {other.time} (completed "
                 f"{other.completion_time}) on file group(s) {_shown(groups)}; retry the write",
@@ -627,6 +639,7 @@ class Coordinator:
                 continue
             overlap = mine & row.planned_file_groups
             if overlap:
+                self.metrics.conflicts.labels(table.table_id, mode, AGAINST_PENDING_CLUSTERING).inc()
                 raise Conflict(
                     f"instant {instant.time} updates file group(s) {_shown(overlap)} that pending clustering "
                     f"{row.instant_time} replaces; retry the write after the clustering",

@@ -22,6 +22,7 @@ DEFAULT_HEARTBEAT_TIMEOUT_MS = 60_000
 DEFAULT_LOCK_LEASE_MS = 30_000
 DEFAULT_JANITOR_INTERVAL_MS = 5_000
 DEFAULT_TOPIC = "inlet.commits"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:0"  # the command's default; a CoordinatorConfig made in code serves none
 
 
 class ConfigError(ValueError):
@@ -110,6 +111,14 @@ SETTINGS: tuple[Setting, ...] = (
         default=(),
         metavar="KEY=VALUE",
     ),
+    Setting(
+        "metrics_listen",
+        "--metrics-listen",
+        "HOST:PORT of /metrics (Prometheus), /livez (the janitor's loop turns) and /readyz (the "
+        "database answers); port 0: any free port, named on the serving line; empty: off",
+        default=DEFAULT_METRICS_LISTEN,
+        metavar="HOST:PORT",
+    ),
 )
 
 
@@ -130,6 +139,7 @@ class CoordinatorConfig:
     db_pool_size: int = 16
     topic: str = DEFAULT_TOPIC
     kafka_options: tuple[str, ...] = ()  # KEY=VALUE librdkafka settings of the event producer
+    metrics_listen: str = ""  # HOST:PORT of /metrics, /livez, /readyz; empty: none
     # not settable from the command line: how long a stop waits for calls in progress
     grace_s: float = field(default=5.0, compare=False)
 
@@ -197,6 +207,11 @@ class CoordinatorConfig:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.metrics_listen:
+            try:
+                split_host_port(self.metrics_listen)
+            except ConfigError as e:
+                raise ConfigError(f"--metrics-listen: {e}") from None
         if self.kafka_options:
             self.producer_config()  # a bad option is named now, not by a publisher retrying forever
         if bool(self.tls_cert) != bool(self.tls_key):

@@ -16,12 +16,14 @@ import time
 
 from inlet.services.coordinator.commits import Coordinator
 from inlet.services.coordinator.errors import CoordinatorError
+from inlet.services.runtime import Liveness
 
 log = logging.getLogger("inlet.coordinator.janitor")
 
 # completed and rolled-back instants are remembered this long (idempotent retries within it)
 DEFAULT_RETENTION_MS = 7 * 24 * 3_600_000
 PRUNE_EVERY_S = 3600.0
+MIN_SILENCE_S = 60.0  # /livez: the loop may be silent this long, or ten intervals if longer
 
 
 class Janitor:
@@ -32,6 +34,8 @@ class Janitor:
         self.interval_ms = interval_ms
         self.retention_ms = retention_ms
         self._last_prune = float("-inf")
+        # /livez: the loop turns (a pass stuck on a hung call stops it, and a restart cures that)
+        self.liveness = Liveness(max(MIN_SILENCE_S, 10 * interval_ms / 1000))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -55,6 +59,7 @@ class Janitor:
                 log.warning("janitor: rolling back %s %s failed: %s", table_id, t, e, exc_info=True)
                 continue
             if rb is not None:
+                self.coordinator.metrics.janitor_rollbacks.labels(table_id).inc()
                 done.append(rb)
         try:
             for table_id, owner in self.coordinator.leases.release_expired():
@@ -75,8 +80,10 @@ class Janitor:
         return done
 
     def _run(self) -> None:
+        self.liveness.beat()
         while not self._stop.wait(self.interval_ms / 1000):
             self.run_once()
+            self.liveness.beat()
 
     def start(self) -> Janitor:
         self._thread = threading.Thread(target=self._run, name="inlet-coordinator-janitor", daemon=True)

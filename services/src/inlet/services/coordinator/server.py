@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+from collections.abc import Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from inlet.services.coordinator.janitor import Janitor
 from inlet.services.coordinator.service import CoordinatorServicer
 from inlet.services.coordinator.store import Store
 from inlet.services.logs import log_event
+from inlet.services.runtime import HttpEndpoint, serve_http
 
 log = logging.getLogger("inlet.coordinator")
 
@@ -47,6 +49,7 @@ class RunningServer:
     janitor: Janitor
     health: health.HealthServicer
     publisher: Any | None = None
+    http: HttpEndpoint | None = None  # /metrics, /livez, /readyz (config.metrics_listen)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -55,12 +58,19 @@ class RunningServer:
         host = f"[{host}]" if ":" in host else host
         return f"{host}:{self.port}"
 
+    @property
+    def metrics_address(self) -> str | None:
+        """``host:port`` of /metrics, /livez and /readyz (None: not served)."""
+        return self.http.address if self.http is not None else None
+
     def stop(self, grace_s: float | None = None) -> None:
         if self._stopped.is_set():
             return
         self._stopped.set()
         grace = self.config.grace_s if grace_s is None else grace_s
         self.health.enter_graceful_shutdown()
+        if self.http is not None:
+            self.http.stop()
         self.server.stop(grace).wait()
         self.janitor.stop()
         if self.publisher is not None:
@@ -181,6 +191,12 @@ def serve(config: CoordinatorConfig) -> RunningServer:
         store.close()
         raise
     running = RunningServer(config, server, port, store, coordinator, janitor, health_servicer, publisher)
+    if config.metrics_listen:
+        try:
+            running.http = _serve_metrics(config.metrics_listen, running)
+        except OSError as e:
+            running.stop(0)
+            raise ConfigError(f"cannot serve --metrics-listen {config.metrics_listen}: {e}") from None
     log_event(
         log,
         logging.INFO,
@@ -190,5 +206,21 @@ def serve(config: CoordinatorConfig) -> RunningServer:
         tokens=bool(config.tokens_file),
         lake_roots=[str(r) for r in roots],
         coordinator_id=coordinator.id,
+        metrics=running.metrics_address,
     )
     return running
+
+
+def _serve_metrics(listen: str, running: RunningServer) -> HttpEndpoint:
+    """/metrics (the coordinator's registry), /livez (the janitor's loop turns: the one loop a
+    restart would cure) and /readyz (serving, and the database answers)."""
+
+    def ready() -> tuple[bool, Mapping[str, Any]]:
+        try:
+            running.store.ping()
+        except Exception as e:
+            return False, {"database": f"unreachable: {e}"}
+        return True, {"database": "ok", "address": running.address}
+
+    live = running.janitor.liveness
+    return serve_http(listen, running.coordinator.metrics.registry, live, ready=ready, live=live)

@@ -133,7 +133,8 @@ _AGE_MS = "(EXTRACT(EPOCH FROM clock_timestamp() - {col}) * 1000)::bigint"
 _INSTANT_COLUMNS = (
     "table_id, instant_time, action, state, writer_id, begin_request_id, complete_request_id, "
     "completion_time, completed_action, planned_file_groups, operation_type, rollback_target, "
-    f"rolled_back_by, {_AGE_MS.format(col='heartbeat_at')} AS heartbeat_age_ms"
+    f"rolled_back_by, {_AGE_MS.format(col='heartbeat_at')} AS heartbeat_age_ms, "
+    f"{_AGE_MS.format(col='created_at')} AS age_ms"
 )
 
 
@@ -172,6 +173,7 @@ class InstantRow:
     rollback_target: str | None
     rolled_back_by: str | None
     heartbeat_age_ms: int
+    age_ms: int  # since the coordinator issued it (BeginInstant)
 
     @property
     def pending(self) -> bool:
@@ -622,6 +624,33 @@ class Store:
             raise Unavailable(f"the coordinator database is unavailable (no connection): {e}") from e
         except psycopg.OperationalError as e:
             raise Unavailable(f"the coordinator database is unavailable: {e}") from e
+
+    @contextmanager
+    def _quick(self, timeout_s: float) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor for a read that must answer within ``timeout_s`` (a scrape, a probe)."""
+        with self.pool.connection(timeout=timeout_s) as conn, conn.transaction(), conn.cursor() as cur:
+            cur.execute(f"SET LOCAL statement_timeout = {max(1, int(timeout_s * 1000))}")
+            yield cur
+
+    def ping(self, timeout_s: float = 2.0) -> None:
+        """Raise unless the database answers within ``timeout_s``."""
+        with self._quick(timeout_s) as cur:
+            cur.execute("SELECT 1")
+
+    def outbox_backlog(self, timeout_s: float = 5.0) -> list[tuple[str, int, float]]:
+        """Per registered table: commit events not yet published, and the age in seconds of the
+        oldest of them (0 when none waits)."""
+        with self._quick(timeout_s) as cur:
+            cur.execute(
+                """
+                SELECT t.table_id, count(o.id),
+                  COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - min(o.created_at)), 0)::float8
+                FROM coordinator_tables t
+                LEFT JOIN outbox o ON o.table_id = t.table_id AND o.published_at IS NULL
+                GROUP BY t.table_id ORDER BY t.table_id
+                """
+            )
+            return [(str(t), int(n), max(0.0, float(age))) for t, n, age in cur.fetchall()]
 
     def migrate(self) -> int:
         """Create or upgrade the schema; returns the schema version. Safe to run on every replica."""

@@ -351,6 +351,7 @@ class Stack:
 
     def _coordinator(self) -> CommandComponent:
         port = self.ports.get("coordinator")
+        metrics_port = self.ports.get("coordinator_metrics")
         self.coordinator_address = f"127.0.0.1:{port}"
         argv = CommandComponent.inlet(
             "coordinator",
@@ -364,11 +365,14 @@ class Stack:
             self.kafka.bootstrap,
             "--lake-root",
             self.config.lake_root,
+            "--metrics-listen",
+            f"127.0.0.1:{metrics_port}",
         )
         return CommandComponent(
             "coordinator",
             argv,
             self.config.logs / "coordinator.log",
+            f"http://127.0.0.1:{metrics_port}/healthz",  # served once gRPC serves
             port=port,
             extra={"address": self.coordinator_address},
             env=dict(self.lake_env),
@@ -523,6 +527,8 @@ class Stack:
             "supervisor_pid": os.getpid(),
             "updated_at": time.time(),
             "addresses": self.addresses(),
+            # every service's Prometheus endpoint, by component (docs/metrics.md)
+            "metrics": {c.name: m for c in self.components if (m := c.describe().get("metrics"))},
             "components": [
                 {
                     **c.describe(),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from inlet.services.runtime import ConsumerLag
+
 
 class WriterMetrics:
     def __init__(self) -> None:
@@ -59,9 +61,7 @@ class WriterMetrics:
             ["table"],
             registry=r,
         )
-        self.lag = Gauge(
-            "inlet_writer_kafka_lag", "High watermark minus position", ["topic", "partition"], registry=r
-        )
+        self.lag = ConsumerLag(r, "writer")
         self.dead_letters = Counter(
             "inlet_writer_dead_letters", "Records sent to the dead-letter topic", ["table"], registry=r
         )
