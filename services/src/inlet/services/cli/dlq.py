@@ -19,7 +19,7 @@ from typing import Any
 
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.options import env, env_int, int_at_least, parse_key_values, with_env
-from inlet.services.runtime import SettingsError, parse_pairs
+from inlet.services.runtime import SettingsError, add_deprecated_alias, env_with_aliases, parse_pairs
 
 DEFAULT_TOPIC = "inlet.dlq"
 PREVIEW_BYTES = 120
@@ -52,15 +52,17 @@ def add_dlq_commands(subparsers: Any) -> None:
         "show",
         help="list dead letters with their reason and source",
         description=DESCRIPTION,
-        epilog="example:\n  inlet dlq show --bootstrap kafka:9092 --limit 20",
+        epilog="example:\n  inlet dlq show --kafka-bootstrap kafka:9092 --limit 20",
         formatter_class=_formatter,
     )
     show.add_argument(
-        "--bootstrap",
-        default=env("INLET_CDC_OUTPUT_BOOTSTRAP") or env("INLET_CDC_BOOTSTRAP"),
+        "--kafka-bootstrap",
         metavar="HOST:PORT",
-        help=with_env("Kafka bootstrap servers", "INLET_CDC_OUTPUT_BOOTSTRAP or INLET_CDC_BOOTSTRAP"),
+        help=with_env(
+            "Kafka bootstrap servers", "INLET_CDC_OUTPUT_KAFKA_BOOTSTRAP or INLET_CDC_KAFKA_BOOTSTRAP"
+        ),
     )
+    add_deprecated_alias(show, "--bootstrap", "--kafka-bootstrap", "kafka_bootstrap")
     show.add_argument(
         "--topic",
         default=env("INLET_CDC_DLQ_TOPIC", DEFAULT_TOPIC),
@@ -192,21 +194,37 @@ def describe(m: Any) -> dict[str, Any]:
     }
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    if not args.bootstrap:
-        raise UsageError("--bootstrap is required (or set INLET_CDC_BOOTSTRAP)")
-    out = sys.stdout
-    count = 0
+def kafka_bootstrap(args: argparse.Namespace) -> str | None:
+    """``--kafka-bootstrap``, else the CDC consumer's output cluster, else its input cluster (the
+    dead letters are where the CDC consumer writes them)."""
+    return (
+        args.kafka_bootstrap
+        or env_with_aliases("INLET_CDC_OUTPUT_KAFKA_BOOTSTRAP", ("INLET_CDC_OUTPUT_BOOTSTRAP",))
+        or env_with_aliases("INLET_CDC_KAFKA_BOOTSTRAP", ("INLET_CDC_BOOTSTRAP",))
+    )
+
+
+def kafka_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--kafka-option``s over ``INLET_DLQ_KAFKA_OPTIONS``: the librdkafka settings of every client."""
     try:
         from_env = parse_pairs(env("INLET_DLQ_KAFKA_OPTIONS") or "", "INLET_DLQ_KAFKA_OPTIONS")
     except SettingsError as e:
         raise UsageError(str(e)) from None
-    options = {
+    return {
         **parse_key_values(from_env, "INLET_DLQ_KAFKA_OPTIONS"),
         **parse_key_values(args.kafka_option, "--kafka-option"),
     }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    bootstrap = kafka_bootstrap(args)
+    if not bootstrap:
+        raise UsageError("--kafka-bootstrap is required (or set INLET_CDC_KAFKA_BOOTSTRAP)")
+    out = sys.stdout
+    count = 0
+    options = kafka_options(args)
     idle_s = args.idle_ms / 1000.0
-    for m in read_dead_letters(args.bootstrap, args.topic, limit=args.limit, idle_s=idle_s, options=options):
+    for m in read_dead_letters(bootstrap, args.topic, limit=args.limit, idle_s=idle_s, options=options):
         d = describe(m)
         count += 1
         if args.json:

@@ -54,6 +54,7 @@ from inlet.services.cli.table_services import add_table_services_commands
 from inlet.services.cli.timeline import add_timeline_commands
 from inlet.services.cli.verify import add_verify_commands
 from inlet.services.cli.writer import add_writer_commands
+from inlet.services.runtime import add_deprecated_alias
 
 log = logging.getLogger("inlet.cli")
 
@@ -115,7 +116,7 @@ def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         "--input", metavar="FILE", help="input file (required unless delete_partition --partition)"
     )
     p.add_argument(
-        "--format",
+        "--input-format",
         type=choice(INPUT_FORMATS),
         metavar=choices_metavar(INPUT_FORMATS),
         default=env_choice("INLET_INPUT_FORMAT", INPUT_FORMATS),
@@ -124,6 +125,7 @@ def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
             "INLET_INPUT_FORMAT",
         ),
     )
+    add_deprecated_alias(p, "--format", "--input-format", "input_format", type=choice(INPUT_FORMATS))
     p.add_argument(
         "--sort-mode",
         type=choice(SORT_MODES),

@@ -8,6 +8,7 @@ from typing import Any
 
 from inlet.core import HudiTable
 from inlet.services.cli import options, render
+from inlet.services.cli.commit import add_coordinator_options, open_table
 from inlet.services.cli.errors import EXIT_OK
 from inlet.services.cli.parsing import add_command, add_path, formatter
 from inlet.services.cli.render import print_json
@@ -31,6 +32,7 @@ def add_savepoint_commands(subparsers: Any) -> None:
         "the savepoint as JSON.\n\nexample:\n  inlet savepoint create /lake/trips --instant 20240102030405678",
     )
     add_path(create)
+    add_coordinator_options(create)
     create.add_argument("--instant", required=True, help="the commit's instant time (yyyyMMddHHmmssSSS)")
     create.add_argument("--user", help="who savepoints (default: this user)")
     create.add_argument("--comment", default="", help="why (stored in the savepoint)")
@@ -51,6 +53,7 @@ def add_savepoint_commands(subparsers: Any) -> None:
         "Delete the savepoint at --instant (its commit may then be cleaned, archived or restored past).",
     )
     add_path(delete)
+    add_coordinator_options(delete)
     delete.add_argument("--instant", required=True, help="the savepoint's instant time")
 
     r = add_command(
@@ -65,6 +68,7 @@ def add_savepoint_commands(subparsers: Any) -> None:
     )
     add_path(r)
     r.add_argument("--to", required=True, help="the savepoint's instant time")
+    add_coordinator_options(r)
 
 
 def _table(args: argparse.Namespace) -> HudiTable:
@@ -72,7 +76,8 @@ def _table(args: argparse.Namespace) -> HudiTable:
 
 
 def cmd_savepoint_create(args: argparse.Namespace) -> int:
-    info = _table(args).savepoint(args.instant, user=args.user, comment=args.comment)
+    with open_table(args, options.table_path(args.path)) as table:
+        info = table.savepoint(args.instant, user=args.user, comment=args.comment)
     print_json(info.to_dict())
     return EXIT_OK
 
@@ -89,11 +94,13 @@ def cmd_savepoint_list(args: argparse.Namespace) -> int:
 
 
 def cmd_savepoint_delete(args: argparse.Namespace) -> int:
-    _table(args).delete_savepoint(args.instant)
+    with open_table(args, options.table_path(args.path)) as table:
+        table.delete_savepoint(args.instant)
     print_json({"deleted": args.instant})
     return EXIT_OK
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    print_json(_table(args).restore(args.to).to_dict())
+    with open_table(args, options.table_path(args.path)) as table:
+        print_json(table.restore(args.to).to_dict())
     return EXIT_OK

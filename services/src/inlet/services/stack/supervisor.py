@@ -306,7 +306,7 @@ class Stack:
         argv = CommandComponent.inlet(
             "catalog",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--metastore",
             self.metastore.uri,
@@ -331,7 +331,7 @@ class Stack:
         argv = CommandComponent.inlet(
             "table-services",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--coordinator",
             self.coordinator_address,
@@ -451,7 +451,7 @@ class Stack:
         argv = CommandComponent.inlet(
             "cdc",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--topic-pattern",
             f"^{prefix}\\.",
@@ -481,7 +481,7 @@ class Stack:
         argv = CommandComponent.inlet(
             "writer",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--coordinator",
             self.coordinator_address,
@@ -496,7 +496,7 @@ class Stack:
             "--table-config",
             str(self._table_config()),
             *(("--no-compaction",) if self.config.table_services else ()),
-            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka", opt)),
+            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
         )
         return CommandComponent(
             "writer",
