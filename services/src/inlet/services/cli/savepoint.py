@@ -4,12 +4,15 @@ savepoint (see :mod:`inlet.core.actions.savepoint` and :mod:`inlet.core.actions.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from inlet.core import HudiTable
 from inlet.services.cli import options, render
-from inlet.services.cli.commit import add_coordinator_options, open_table
-from inlet.services.cli.errors import EXIT_OK
+from inlet.services.cli.commit import add_coordinator_options, coordinator_session
+from inlet.services.cli.errors import EXIT_OK, CliError
 from inlet.services.cli.parsing import add_command, add_path, formatter
 from inlet.services.cli.render import print_json
 
@@ -75,8 +78,30 @@ def _table(args: argparse.Namespace) -> HudiTable:
     return HudiTable.open(options.table_path(args.path))
 
 
+@contextlib.contextmanager
+def _under_writer_lock(args: argparse.Namespace, path: str) -> Iterator[HudiTable]:
+    """The table, with ``--coordinator``: while this command holds the table's writers' lock there.
+
+    A savepoint takes the time of the commit it keeps, a time the coordinator has completed
+    already, and a restore rolls back completed commits, which the coordinator refuses (it rolls
+    back failed writes only); so neither is an instant the coordinator begins. Holding its lock
+    keeps writers and services that commit through the coordinator out meanwhile (the coordinator
+    reads the timeline from the table, so it sees the result)."""
+    with coordinator_session(args, path) as session:
+        if session is None:
+            yield HudiTable.open(path)
+            return
+        from inlet.services.coordinator_client.locks import hold_lease
+
+        client, table_id, _ = session
+        with hold_lease(client, table_id, "", f"inlet-savepoint-{os.getpid()}") as lease:
+            yield HudiTable.open(path)
+            if lease.lost.is_set():
+                raise CliError("the table's lock at the coordinator was lost meanwhile")
+
+
 def cmd_savepoint_create(args: argparse.Namespace) -> int:
-    with open_table(args, options.table_path(args.path)) as table:
+    with _under_writer_lock(args, options.table_path(args.path)) as table:
         info = table.savepoint(args.instant, user=args.user, comment=args.comment)
     print_json(info.to_dict())
     return EXIT_OK
@@ -94,13 +119,13 @@ def cmd_savepoint_list(args: argparse.Namespace) -> int:
 
 
 def cmd_savepoint_delete(args: argparse.Namespace) -> int:
-    with open_table(args, options.table_path(args.path)) as table:
+    with _under_writer_lock(args, options.table_path(args.path)) as table:
         table.delete_savepoint(args.instant)
     print_json({"deleted": args.instant})
     return EXIT_OK
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    with open_table(args, options.table_path(args.path)) as table:
+    with _under_writer_lock(args, options.table_path(args.path)) as table:
         print_json(table.restore(args.to).to_dict())
     return EXIT_OK
