@@ -147,6 +147,13 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             and not st["source"]["holds_wal_while_stopped"]
         )
 
+        # inlet tables: the stack's table with its freshness, lag and state at the writer
+        listed = inlet("tables", "--dir", str(d), "--json").splitlines()
+        items = {r["table"]: r for r in map(json.loads, listed)}["shop.public.cli_items"]
+        assert items["path"] == lake.table_uri("cli_items") and items["last_instant"], items
+        assert items["state"] == "running" and items["error"] is None and isinstance(items["lag"], int), items
+        assert 0 <= items["freshness_s"] < 600, items
+
         # a killed component is restarted and says so
         old = comps["cdc_consumer"]["pid"]
         os.kill(old, signal.SIGKILL)
@@ -175,6 +182,8 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             conn.execute("INSERT INTO cli_items (id, v) VALUES (999, 'while the stack was down')")
         st = status(d)
         assert st["state"] == "stopped"
+        stopped_items = json.loads(inlet("tables", "--dir", str(d), "--json").splitlines()[0])
+        assert (stopped_items["state"], stopped_items["lag"]) == ("unknown", None)  # no writer to ask
         assert st["source"]["holds_wal_while_stopped"] is True and st["source"]["active"] is False
         text = inlet("stack", "status", "--dir", str(d))
         assert f"the stack is stopped but slot {name} holds" in text, text

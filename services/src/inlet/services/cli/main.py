@@ -51,6 +51,7 @@ from inlet.services.cli.savepoint import add_savepoint_commands
 from inlet.services.cli.stack import add_stack_commands
 from inlet.services.cli.table import add_table_commands
 from inlet.services.cli.table_services import add_table_services_commands
+from inlet.services.cli.tables import add_tables_command
 from inlet.services.cli.timeline import add_timeline_commands
 from inlet.services.cli.verify import add_verify_commands
 from inlet.services.cli.writer import add_writer_commands
@@ -237,6 +238,7 @@ def build_parser() -> ArgumentParser:
     add_cdc_commands(subparsers)
     add_writer_commands(subparsers)
     add_stack_commands(subparsers)
+    add_tables_command(subparsers)
     add_table_services_commands(subparsers)
     add_verify_commands(subparsers)
     return parser
