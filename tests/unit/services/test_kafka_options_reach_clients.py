@@ -105,7 +105,7 @@ def test_coordinator_serve_event_producer() -> None:
     assert has_probe(CoordinatorConfig.from_args(args, {}).producer_config())
 
 
-@pytest.mark.parametrize("command", ["show"])
+@pytest.mark.parametrize("command", ["show", "replay"])
 def test_dlq_commands(command: str) -> None:
     from inlet.services.cli.dlq import kafka_options
 
