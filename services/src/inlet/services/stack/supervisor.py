@@ -32,7 +32,7 @@ from inlet.core.s3 import S3Options
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.logs import log_event
 from inlet.services.runtime import StopSignal
-from inlet.services.stack import source
+from inlet.services.stack import heartbeat, source
 from inlet.services.stack.components import CommandComponent, Component, ServerComponent
 from inlet.services.stack.kafka import EmbeddedKafka
 from inlet.services.stack.postgres import EmbeddedPostgres
@@ -396,6 +396,14 @@ class Stack:
             },
         )
         dbz.extra_config.update(self._initial_load(dbz, check))
+        # the heartbeat table, in the publication, keeps the slot moving while the tables are idle
+        if not self.config.source:
+            heartbeat.create_table(self.source_url)  # the stack's own database
+        dbz.extra_config.update(
+            heartbeat.connector_settings(
+                self.source_url, dbz.publication_name, dbz.extra_config["publication.autocreate.mode"]
+            )
+        )
 
         def running() -> bool:
             status = dbz.status()
