@@ -147,13 +147,6 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             and not st["source"]["holds_wal_while_stopped"]
         )
 
-        # inlet tables: the stack's table with its freshness, lag and state at the writer
-        listed = inlet("tables", "--dir", str(d), "--json").splitlines()
-        items = {r["table"]: r for r in map(json.loads, listed)}["shop.public.cli_items"]
-        assert items["path"] == lake.table_uri("cli_items") and items["last_instant"], items
-        assert items["state"] == "running" and items["error"] is None and isinstance(items["lag"], int), items
-        assert 0 <= items["freshness_s"] < 600, items
-
         # a killed component is restarted and says so
         old = comps["cdc_consumer"]["pid"]
         os.kill(old, signal.SIGKILL)
@@ -170,6 +163,13 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             conn.execute("UPDATE cli_items SET v = v || '!' WHERE id <= 10")
             conn.execute("DELETE FROM cli_items WHERE id > 45")
         wait_for_lake(lake, ["cli_items"], 120)  # type: ignore[arg-type]
+
+        # inlet tables: the table (its changes now flow through the writer) with freshness, lag, state
+        listed = inlet("tables", "--dir", str(d), "--json").splitlines()
+        items = {r["table"]: r for r in map(json.loads, listed)}["shop.public.cli_items"]
+        assert items["path"] == lake.table_uri("cli_items") and items["last_instant"], items
+        assert items["state"] == "running" and items["error"] is None and isinstance(items["lag"], int), items
+        assert 0 <= items["freshness_s"] < 600, items
 
         # down: nothing left, and the slot (with the WAL it holds) is shown
         pids = [c["pid"] for c in status(d)["components"] if c.get("pid")]
