@@ -18,6 +18,12 @@ CREATE TABLE IF NOT EXISTS inlet.debezium_heartbeat (
     ts timestamptz NOT NULL DEFAULT now()
 );
 
+-- The connector's publication (deploy/connect/postgres-connector.json uses it as it is:
+-- publication.autocreate.mode=disabled): every table of schema public, tables created later too,
+-- and the heartbeat table -- without it an idle source never advances the slot and the server
+-- keeps WAL for it until max_slot_wal_keep_size drops the slot.
+CREATE PUBLICATION inlet_app FOR TABLES IN SCHEMA public, TABLE inlet.debezium_heartbeat;
+
 -- A sample table, so a fresh stack has something to replicate
 -- (it lands as the Hudi table s3://lake/tables/app/public/customers).
 CREATE TABLE IF NOT EXISTS public.customers (

@@ -130,10 +130,10 @@ def test_two_writers_share_a_table_and_the_survivor_takes_over(stack: RunningSta
     log_path = tmp_path / "writer2.log"
     argv = [
         sys.executable, "-m", "inlet.services.cli.main", "writer", "run",
-        "--bootstrap", stack.bootstrap, "--coordinator", stack.coordinator,
+        "--kafka-bootstrap", stack.bootstrap, "--coordinator", stack.coordinator,
         "--lake-root", str(stack.lake), "--batch-interval-ms", "500",
         "--metrics-listen", f"127.0.0.1:{port}",
-        *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka", opt)),
+        *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
     ]  # fmt: skip
     env = {**os.environ, "INLET_LOG_FORMAT": "json", "INLET_LOG_LEVEL": "INFO"}
     with open(log_path, "ab") as log:
@@ -224,7 +224,7 @@ def test_bad_events_go_to_the_dead_letter_topic_and_never_block_the_table(stack:
 
     def dead_letters() -> list[dict[str, Any]]:
         out = subprocess.run(
-            [sys.executable, "-m", "inlet.services.cli.main", "dlq", "show", "--bootstrap", stack.bootstrap, "--json"],
+            [sys.executable, "-m", "inlet.services.cli.main", "dlq", "show", "--kafka-bootstrap", stack.bootstrap, "--json"],
             capture_output=True, text=True, timeout=120, check=True,
         )  # fmt: skip
         return [d for d in map(json.loads, out.stdout.splitlines()) if d["source_topic"] == source]

@@ -197,6 +197,13 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             conn.execute("DELETE FROM cli_items WHERE id > 45")
         wait_for_lake(lake, ["cli_items"], 120)  # type: ignore[arg-type]
 
+        # inlet tables: the table (its changes now flow through the writer) with freshness, lag, state
+        listed = inlet("tables", "--dir", str(d), "--json").splitlines()
+        items = {r["table"]: r for r in map(json.loads, listed)}["shop.public.cli_items"]
+        assert items["path"] == lake.table_uri("cli_items") and items["last_instant"], items
+        assert items["state"] == "running" and items["error"] is None and isinstance(items["lag"], int), items
+        assert 0 <= items["freshness_s"] < 600, items
+
         # down: nothing left, and the slot (with the WAL it holds) is shown
         pids = [c["pid"] for c in status(d)["components"] if c.get("pid")]
         assert not processes_mentioning(PASSWORD), "the password is on a command line"
@@ -208,6 +215,8 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             conn.execute("INSERT INTO cli_items (id, v) VALUES (999, 'while the stack was down')")
         st = status(d)
         assert st["state"] == "stopped"
+        stopped_items = json.loads(inlet("tables", "--dir", str(d), "--json").splitlines()[0])
+        assert (stopped_items["state"], stopped_items["lag"]) == ("unknown", None)  # no writer to ask
         assert st["source"]["holds_wal_while_stopped"] is True and st["source"]["active"] is False
         text = inlet("stack", "status", "--dir", str(d))
         assert f"the stack is stopped but slot {name} holds" in text, text

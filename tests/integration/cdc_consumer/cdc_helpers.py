@@ -284,7 +284,7 @@ def cli_run_args(bootstrap: str, prefix: str, topics: list[str], *extra: str) ->
     args = [
         "cdc",
         "run",
-        "--bootstrap",
+        "--kafka-bootstrap",
         bootstrap,
         "--group",
         "cdc-" + prefix,

@@ -134,7 +134,7 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(
             str(VENV_INLET),
             "dlq",
             "show",
-            "--bootstrap",
+            "--kafka-bootstrap",
             kafka_server.bootstrap,
             "--topic",
             dlq,
@@ -153,7 +153,7 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(
         capsys,
         "dlq",
         "show",
-        "--bootstrap",
+        "--kafka-bootstrap",
         kafka_server.bootstrap,
         "--topic",
         dlq,
@@ -173,11 +173,17 @@ def test_bad_records_go_to_the_dead_letters_with_their_reason(
         assert base64.b64decode(row["value"]) == original[2]
         assert row["source_topic"] == topic and row["source_partition"] == 0
     code, _, stderr = _inlet(
-        capsys, "dlq", "show", "--bootstrap", kafka_server.bootstrap, "--topic", dlq + ".none"
+        capsys, "dlq", "show", "--kafka-bootstrap", kafka_server.bootstrap, "--topic", dlq + ".none"
     )
     assert code == 1 and "no dead-letter topic" in stderr
     code, _, stderr = _inlet(
-        capsys, "dlq", "show", "--bootstrap", kafka_server.bootstrap, "--kafka-option", "sasl.mechansim=PLAIN"
+        capsys,
+        "dlq",
+        "show",
+        "--kafka-bootstrap",
+        kafka_server.bootstrap,
+        "--kafka-option",
+        "sasl.mechansim=PLAIN",
     )
     assert code == 2 and "--kafka-option" in stderr and "sasl.mechansim" in stderr
     assert len(stderr.strip().splitlines()) == 1

@@ -201,7 +201,9 @@ def test_cli_rejects_bad_settings_naming_flag_and_variable(
         timeout=60,
         env=clean,
     )
-    assert r.returncode == 2 and "--bootstrap is required (or set INLET_CDC_BOOTSTRAP)" in r.stderr
+    assert (
+        r.returncode == 2 and "--kafka-bootstrap is required (or set INLET_CDC_KAFKA_BOOTSTRAP)" in r.stderr
+    )
 
     for k in os.environ:
         if k.startswith("INLET_CDC_"):
@@ -223,20 +225,24 @@ def test_cli_rejects_bad_settings_naming_flag_and_variable(
         return code, capsys.readouterr().err
 
     code, err = run("--topic", "a")
-    assert code == 2 and "--bootstrap is required (or set INLET_CDC_BOOTSTRAP)" in err
-    code, err = run("--bootstrap", "127.0.0.1:1")
+    assert code == 2 and "--kafka-bootstrap is required (or set INLET_CDC_KAFKA_BOOTSTRAP)" in err
+    code, err = run("--kafka-bootstrap", "127.0.0.1:1")
     assert code == 2 and "--topic" in err and "INLET_CDC_TOPIC_PATTERN" in err
-    code, err = run(INLET_CDC_BOOTSTRAP="127.0.0.1:1", INLET_CDC_TOPICS="a", INLET_CDC_TOPIC_PATTERN="^b")
+    code, err = run(
+        INLET_CDC_KAFKA_BOOTSTRAP="127.0.0.1:1", INLET_CDC_TOPICS="a", INLET_CDC_TOPIC_PATTERN="^b"
+    )
     assert code == 2 and "not both" in err
-    code, err = run("--bootstrap", "127.0.0.1:1", "--topic-pattern", "(")
+    code, err = run("--kafka-bootstrap", "127.0.0.1:1", "--topic-pattern", "(")
     assert code == 2 and "invalid regular expression" in err
-    code, err = run("--bootstrap", "127.0.0.1:1", "--topic", "a", "--value-format", "avro")
+    code, err = run("--kafka-bootstrap", "127.0.0.1:1", "--topic", "a", "--value-format", "avro")
     assert code == 2 and "--schema-registry" in err
-    code, err = run("--bootstrap", "127.0.0.1:1", "--topic", "a", "--output-partitions", "0")
+    code, err = run("--kafka-bootstrap", "127.0.0.1:1", "--topic", "a", "--output-partitions", "0")
     assert code == 2 and "--output-partitions must be at least 1" in err
-    code, err = run("--bootstrap", "127.0.0.1:1", "--topic", "a", INLET_CDC_TOPIC_REPLICATION_FACTOR="0")
+    code, err = run(
+        "--kafka-bootstrap", "127.0.0.1:1", "--topic", "a", INLET_CDC_TOPIC_REPLICATION_FACTOR="0"
+    )
     assert code == 2 and "--topic-replication-factor: -1 (the broker's default) or at least 1, not 0" in err
-    code, err = run("--bootstrap", "127.0.0.1:1", "--topic", "a", "--consumer-option", "nokeyvalue")
+    code, err = run("--kafka-bootstrap", "127.0.0.1:1", "--topic", "a", "--consumer-option", "nokeyvalue")
     assert code == 2 and "KEY=VALUE" in err
 
 

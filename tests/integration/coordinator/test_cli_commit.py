@@ -1,4 +1,4 @@
-"""``inlet write|compaction|rollback --coordinator HOST:PORT --table-id ID``: CLI commits go through the
+"""``inlet write|compaction|rollback|savepoint|restore|archive --coordinator HOST:PORT --table-id ID``: CLI commits go through the
 coordinator (its timeline, its conflict checks), and the flags are checked before anything is written."""
 
 from __future__ import annotations
@@ -72,3 +72,57 @@ def test_coordinator_flags_go_together_and_nothing_is_written_otherwise(
                        coordinator.address, "--table-id", "x.t", "--coordinator-ca", str(tmp_path / "no.pem"))  # fmt: skip
     assert code == 2 and "--coordinator-ca: cannot read" in err
     assert HudiTable.open(path).instants() == []
+
+
+def test_cli_savepoint_restore_and_archive_go_through_the_coordinator(
+    coordinator, client: CoordinatorClient, lake: Path, tmp_path: Path, capsys
+) -> None:
+    path = str(lake / "kept")
+    assert run(capsys, "table", "create", path, "--name", "kept", "--record-key", "id")[0] == 0
+    via = ("--coordinator", coordinator.address, "--table-id", "sales.kept")
+    data = tmp_path / "in.parquet"
+    instants = []
+    for v in (1, 2):
+        pq.write_table(pa.table({"id": [1], "v": [v]}), data)
+        code, out, err = run(capsys, "write", path, "--op", "upsert", "--input", str(data), *via)
+        assert code == 0, err
+        instants.append(json.loads(out)["instant"])
+
+    def actions() -> list[str]:
+        return [i.action for i in client.get_timeline("sales.kept")]
+
+    def savepoints() -> list[str]:
+        return [s.instant for s in HudiTable.open(path).savepoints()]
+
+    # a savepoint is written under the table's writers' lock at the coordinator: not while it is held
+    lease = client.acquire_lock("sales.kept", "a-writer-elsewhere", lease_ms=30_000)
+    try:
+        code, _, err = run(capsys, "savepoint", "create", path, "--instant", instants[0], *via)
+        assert code == 1 and len(err.strip().splitlines()) == 1 and "lock" in err, err
+    finally:
+        client.release_lock("sales.kept", lease.lock_id)
+    assert savepoints() == []
+    code, _, err = run(capsys, "savepoint", "create", path, "--instant", instants[0], *via)
+    assert code == 0, err
+    assert savepoints() == [instants[0]]
+    # restore too (under the lock), and the coordinator's timeline (read from the table) shows it
+    code, _, err = run(capsys, "restore", path, "--to", instants[0], *via)
+    assert code == 0, err
+    assert actions()[-1] == "restore"
+    assert HudiTable.open(path).read(columns=["id", "v"]).to_pylist() == [{"id": 1, "v": 1}]
+    code, _, err = run(capsys, "savepoint", "delete", path, "--instant", instants[0], *via)
+    assert code == 0, err
+    assert savepoints() == []
+
+    # archive holds the table's services lock at the coordinator: not while table services hold it
+    lease = client.acquire_lock(
+        "sales.kept", "table-services-elsewhere", lease_ms=30_000, lock_name="services"
+    )
+    try:
+        code, _, err = run(capsys, "archive", "run", path, *via)
+        assert code == 1 and len(err.strip().splitlines()) == 1 and "lock" in err, err
+    finally:
+        client.release_lock("sales.kept", lease.lock_id)
+    code, out, err = run(capsys, "archive", "run", path, *via)
+    assert code == 0, err
+    assert json.loads(out)["archived"] == []  # nothing old enough yet

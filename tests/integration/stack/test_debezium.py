@@ -26,7 +26,13 @@ import psycopg
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from inlet.services.stack import TEST_CONSUMER_SETTINGS, EmbeddedDebezium, EmbeddedPostgres, StackError
+from inlet.services.stack import (
+    TEST_CONSUMER_SETTINGS,
+    EmbeddedDebezium,
+    EmbeddedPostgres,
+    StackError,
+    heartbeat,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CAPTURE_DIR = REPO_ROOT.parent / "shared" / "testdata" / "debezium"
@@ -377,10 +383,22 @@ def plain_db(postgres_server: EmbeddedPostgres) -> Iterator[str]:
 def plain(
     plain_db: str, debezium_factory: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[EmbeddedDebezium]:
-    """A connector with ``schemas_enable=False`` and a data directory of its own (kept across restarts)."""
+    """A connector with ``schemas_enable=False`` and a data directory of its own (kept across restarts),
+    with the heartbeat table and publication the stack gives an embedded source."""
     data_dir = tmp_path_factory.mktemp("debezium-plain")
+    heartbeat.create_table(plain_db)
+    publication = f"hb_{uuid.uuid4().hex[:8]}"
     dbz: EmbeddedDebezium = debezium_factory(
-        plain_db, data_dir=data_dir, schemas_enable=False, table_include_list=["public.customers"]
+        plain_db,
+        data_dir=data_dir,
+        schemas_enable=False,
+        table_include_list=["public.customers"],
+        publication_name=publication,
+        heartbeat_interval_ms=500,
+        extra_config={
+            "publication.autocreate.mode": "all_tables",
+            **heartbeat.connector_settings(plain_db, publication, "all_tables"),
+        },
     )
     try:
         yield dbz
@@ -401,6 +419,51 @@ def test_schemas_disabled_gives_payload_only_json(plain: EmbeddedDebezium) -> No
     assert anne.value["after"] == real_anne["value"]["after"]
     assert set(anne.value["source"]) == set(real_anne["value"]["source"])
     assert bob.value["after"]["name"] == "Bob" and bob.value["after"]["bio"] == "short bio"
+
+
+def test_an_idle_source_still_advances_the_slot_with_the_heartbeat(
+    plain: EmbeddedDebezium, plain_db: str, postgres_server: EmbeddedPostgres
+) -> None:
+    """The replicated table stays idle while another database makes WAL: the heartbeat table (in the
+    publication, written by heartbeat.action.query) lets Debezium confirm past it, so the slot does
+    not hold that WAL (without it, confirmed_flush_lsn stays where the last change was)."""
+    assert (
+        plain.rest_get(f"/connectors/{plain.name}/config")["heartbeat.action.query"] == heartbeat.ACTION_QUERY
+    )
+    with psycopg.connect(plain_db) as conn:
+        assert conn.execute(
+            "SELECT 1 FROM pg_publication_tables WHERE pubname = %s AND schemaname = %s AND tablename = %s",
+            (plain.publication_name, heartbeat.SCHEMA, heartbeat.TABLE),
+        ).fetchone() == (1,)
+    customers = plain.topic("customers")
+    read_topics(plain.kafka_bootstrap, [customers], lambda rs: len(ops(rs, customers)) >= 2)  # streaming
+    name = f"busy_{uuid.uuid4().hex[:8]}"
+    busy = postgres_server.create_database(name)
+    try:
+        execute(
+            busy,
+            "CREATE TABLE t (v text)",
+            "INSERT INTO t SELECT repeat('x', 100) FROM generate_series(1, 2000)",
+        )
+        with psycopg.connect(plain_db) as conn:
+            row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+            assert row is not None
+            target = row[0]
+
+            def confirmed_past() -> bool:
+                got = conn.execute(
+                    "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                    (target, plain.slot_name),
+                ).fetchone()
+                conn.commit()
+                return got == (True,)
+
+            deadline = time.monotonic() + 60
+            while not confirmed_past():
+                assert time.monotonic() < deadline, f"slot {plain.slot_name} did not confirm past {target}"
+                time.sleep(0.2)
+    finally:
+        postgres_server.drop_database(name)
 
 
 def test_restart_resumes_from_offsets_without_a_new_snapshot(

@@ -217,7 +217,7 @@ def test_cli_serves_health_and_stops_on_sigterm(coordinator: RunningServer, kafk
             "inlet.services.cli.main",
             "table-services",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             kafka_bootstrap,
         ],
         env=env,

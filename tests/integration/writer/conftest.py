@@ -123,7 +123,7 @@ def spawn_writer(
             "json",
             "writer",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             kafka_bootstrap,
             "--coordinator",
             coordinator.address,
@@ -141,7 +141,7 @@ def spawn_writer(
             "127.0.0.1:0",
         ]
         for k, v in kafka_settings().items():
-            args += ["--kafka", f"{k}={v}"]
+            args += ["--kafka-option", f"{k}={v}"]
         args += list(extra)
         log_path = tmp_path / f"writer-{len(procs)}.log"
         with open(log_path, "wb") as out:

@@ -177,7 +177,7 @@ def test_on_bad_row_setting_by_flag_or_environment(tmp_path: Path) -> None:
     base = [
         "writer",
         "run",
-        "--bootstrap",
+        "--kafka-bootstrap",
         "k:9092",
         "--coordinator",
         "c:50551",

@@ -74,7 +74,7 @@ def test_coordinator_ca_flag_reads_the_file_and_names_a_missing_one(tmp_path: Pa
     base = [
         "writer",
         "run",
-        "--bootstrap",
+        "--kafka-bootstrap",
         "k:9092",
         "--coordinator",
         "c:50551",

@@ -739,3 +739,25 @@ def test_compose_coordinator_serves_tls_and_passes_its_health_checks(tmp_path: P
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_init_script_puts_the_heartbeat_table_in_the_connectors_publication(pg_url: str) -> None:
+    """The source database part of the init script, run on a real PostgreSQL: the connector's
+    publication (used as it is) holds the heartbeat table its heartbeat.action.query writes, so an
+    idle source still advances the slot (shown with Debezium in tests/integration/stack/test_debezium.py)."""
+    import psycopg
+
+    cfg = json.loads((DEPLOY / "connect" / "postgres-connector.json").read_text())["config"]
+    assert cfg["publication.autocreate.mode"] == "disabled"  # Debezium would reset a filtered one
+    script = (DEPLOY / "postgres" / "initdb" / "01-inlet.sql").read_text().split("\\connect app", 1)[1]
+    code = "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("--"))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for statement in filter(None, (s.strip() for s in code.split(";"))):
+            conn.execute(statement)  # type: ignore[arg-type]  # the repository's own script
+        conn.execute(cfg["heartbeat.action.query"])
+        published = conn.execute(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1",
+            (cfg["publication.name"],),
+        ).fetchall()
+    table = re.search(r"INSERT INTO ([\w.]+)", cfg["heartbeat.action.query"]).group(1)  # type: ignore[union-attr]
+    assert [r[0] for r in published] == sorted([table, "public.customers"])

@@ -236,8 +236,10 @@ def test_write_and_read_each_input_format(tmp_path: Path) -> None:
 def test_format_option_overrides_the_extension(tmp_path: Path) -> None:
     table = make_table(tmp_path / "t")
     source = write_csv(tmp_path / "rides.data", RIDES)
-    assert_one_error(call("write", table, "--op", "insert", "--input", source), "rides.data", "--format")
-    ok_here("write", table, "--op", "insert", "--input", source, "--format", "csv")
+    assert_one_error(
+        call("write", table, "--op", "insert", "--input", source), "rides.data", "--input-format"
+    )
+    ok_here("write", table, "--op", "insert", "--input", source, "--input-format", "csv")
     assert table_rows(table) == by_id(RIDES)
 
 

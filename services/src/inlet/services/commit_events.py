@@ -35,7 +35,16 @@ def follower_settings(group: str, action: str, retried: str) -> tuple[Setting, .
     the longest retry wait (``retried``: what is retried), the metrics endpoint and librdkafka
     options."""
     return (
-        Setting("bootstrap", "--bootstrap", "Kafka bootstrap servers", metavar="HOST:PORT", required=True),
+        Setting(
+            "bootstrap",
+            "--kafka-bootstrap",
+            "Kafka bootstrap servers",
+            metavar="HOST:PORT",
+            required=True,
+            env_name="KAFKA_BOOTSTRAP",
+            aliases=("--bootstrap",),
+            env_aliases=("BOOTSTRAP",),
+        ),
         Setting("topic", "--topic", "commit event topic", default=DEFAULT_TOPIC),
         Setting("group", "--group", "Kafka consumer group", default=group),
         Setting(
@@ -59,7 +68,7 @@ def follower_settings(group: str, action: str, retried: str) -> tuple[Setting, .
         Setting(
             "kafka",
             "--kafka-option",
-            "librdkafka consumer setting KEY=VALUE; repeatable",
+            "librdkafka setting KEY=VALUE of every Kafka client of this service; repeatable",
             kind="pairs",
             metavar="KEY=VALUE",
             env_name="KAFKA_OPTIONS",

@@ -95,6 +95,16 @@ def without_value(letter_headers: Iterable[tuple[str, Any]], size: int) -> Heade
     return [*letter_headers, (H_DLQ_VALUE_BYTES, str(size).encode())]
 
 
+def fetch_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`fetch`'s consumer takes of a service's consumer settings: the cluster, its
+    security and the fetch and socket tuning (not the group's settings)."""
+    return {
+        k: v
+        for k, v in settings.items()
+        if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "fetch.", "socket."))
+    }
+
+
 def fetch(
     settings: Mapping[str, Any], positions: Iterable[Position], timeout_s: float = 30.0
 ) -> dict[Position, Message]:
@@ -104,11 +114,7 @@ def fetch(
     wanted = set(positions)
     if not wanted:
         return {}
-    conf = {
-        k: v
-        for k, v in settings.items()
-        if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "fetch.", "socket."))
-    }
+    conf = fetch_settings(settings)
     conf.update(
         {
             "group.id": f"inlet-dlq-fetch-{uuid.uuid4().hex}",  # assign() only: never joins or commits

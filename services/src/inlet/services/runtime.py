@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import signal
@@ -39,6 +40,8 @@ from prometheus_client.registry import Collector
 
 from inlet.core.storage import all_request_counts
 
+_deprecation_log = logging.getLogger("inlet.deprecation")
+
 
 class SettingsError(ValueError):
     """A setting is missing or malformed; the message names its flag and environment variable."""
@@ -49,7 +52,7 @@ class Setting:
     """One setting of a service: flag, environment variable, type, default and help text."""
 
     name: str  # key in the resolved dict
-    flag: str  # e.g. "--bootstrap"
+    flag: str  # e.g. "--kafka-bootstrap"
     help: str
     # str | int | float | bool | list (names: comma-separated or repeated) | pairs (KEY=VALUE: one per
     # flag, never split at commas; from the environment one per line or a JSON object)
@@ -58,9 +61,86 @@ class Setting:
     metavar: str | None = None
     required: bool = False
     env_name: str | None = None  # default: the name in upper case
+    # old spellings kept for one release: hidden flags and variables (after the prefix) that still
+    # work and log a one-line deprecation warning naming the new spelling
+    aliases: tuple[str, ...] = ()
+    env_aliases: tuple[str, ...] = ()
 
     def env(self, prefix: str) -> str:
         return prefix + (self.env_name or self.name.upper())
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """The one-line warning an old spelling of a flag or variable logs when it is used."""
+    _deprecation_log.warning("%s is deprecated and will be removed in the next release: use %s", old, new)
+
+
+class DeprecatedAlias(argparse.Action):
+    """A hidden old spelling of an option: stores (or appends, ``append=True``) into the canonical
+    option's destination and logs :func:`warn_deprecated`."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        canonical: str = "",
+        append: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        kwargs["help"] = argparse.SUPPRESS
+        super().__init__(option_strings, dest, **kwargs)
+        self.canonical = canonical
+        self.append = append
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        warn_deprecated(option_string or self.option_strings[0], self.canonical)
+        if self.append:
+            items = list(getattr(namespace, self.dest, None) or [])
+            items.append(values)
+            values = items
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated_alias(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    old: str,
+    canonical: str,
+    dest: str,
+    *,
+    append: bool = False,
+    type: Callable[[str], Any] = str,
+) -> None:
+    """Accept ``old`` (hidden) as a deprecated spelling of the option ``canonical`` (dest ``dest``)."""
+    parser.add_argument(
+        old,
+        dest=dest,
+        action=DeprecatedAlias,
+        canonical=canonical,
+        append=append,
+        type=type,
+        default=argparse.SUPPRESS,
+    )
+
+
+def env_with_aliases(
+    name: str, aliases: Sequence[str] = (), environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The value of the variable ``name``, else of its first deprecated spelling that is set (with
+    the deprecation warning); None when none is set."""
+    env = os.environ if environ is None else environ
+    if env.get(name):
+        return env[name]
+    for old in aliases:
+        if env.get(old):
+            warn_deprecated(old, name)
+            return env[old]
+    return None
 
 
 def add_arguments(
@@ -82,6 +162,8 @@ def add_arguments(
                 kwargs["action"] = "append"
         action = parser.add_argument(s.flag, **kwargs)
         setattr(action, _DECLARED, (s, env_prefix))
+        for old in s.aliases:
+            add_deprecated_alias(parser, old, s.flag, s.name, append=s.kind in ("list", "pairs"))
 
 
 _DECLARED = "inlet_declared_setting"
@@ -159,14 +241,20 @@ def resolve(
     out: dict[str, Any] = {}
     for s in settings:
         given = getattr(args, s.name, None) if args is not None else None
+        name = s.env(env_prefix)
+        from_env = (
+            None
+            if given is not None
+            else env_with_aliases(name, [env_prefix + a for a in s.env_aliases], env)
+        )
         if given is not None:
             value = _parse(s, given, s.flag)
-        elif env.get(s.env(env_prefix)):
-            value = _parse(s, env[s.env(env_prefix)], s.env(env_prefix))
+        elif from_env is not None:
+            value = _parse(s, from_env, name)
         else:
             value = s.default
         if s.required and value in (None, "", ()):
-            raise SettingsError(f"{s.flag} is required (or set {s.env(env_prefix)})")
+            raise SettingsError(f"{s.flag} is required (or set {name})")
         out[s.name] = value
     return out
 

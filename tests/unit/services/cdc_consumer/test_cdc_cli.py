@@ -160,5 +160,5 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
         main(["cdc", "decode", "--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--value", "--key", "--format", "--schema-registry", "--topic", "--database-url"):
+    for flag in ("--value", "--key", "--value-format", "--schema-registry", "--topic", "--database-url"):
         assert flag in out

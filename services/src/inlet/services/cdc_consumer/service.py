@@ -230,25 +230,10 @@ class CdcConsumerService:
 
     def _start(self) -> None:
         c = self.config
-        self._admin = AdminClient(
-            {"bootstrap.servers": c.sink_bootstrap, **_client_options(c.producer_options)}
-        )
+        self._admin = AdminClient(self._admin_config())
         self._producer = Producer(self._producer_config())
         self._ensure_topic(c.dlq_topic, 1)
-        consumer_conf: dict[str, Any] = {
-            "bootstrap.servers": c.bootstrap,
-            "group.id": c.group,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": False,
-            "error_cb": self._on_client_error("consumer"),
-            "on_commit": self._on_commit,
-        }
-        if c.topic_pattern:
-            consumer_conf["topic.metadata.refresh.interval.ms"] = 5000
-        consumer_conf.update(c.consumer_options or {})
-        self._consumer = Consumer(consumer_conf)
+        self._consumer = Consumer(self._consumer_config())
         self._consumer.subscribe(
             c.subscription, on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -270,6 +255,39 @@ class CdcConsumerService:
             self._slots = SlotMonitor(c.database_url, self.metrics.registry).start()
         self.ready.set()
 
+    def _admin_config(self) -> dict[str, Any]:
+        """The admin client's settings: the output cluster (it creates the output topics)."""
+        c = self.config
+        return {
+            "bootstrap.servers": c.sink_bootstrap,
+            **(c.kafka_options or {}),
+            **_client_options(c.producer_options),
+        }
+
+    def _consumer_config(self) -> dict[str, Any]:
+        """The Debezium-topic consumer's settings (``--kafka-option``, then ``--consumer-option``)."""
+        c = self.config
+        conf: dict[str, Any] = {
+            "bootstrap.servers": c.bootstrap,
+            "group.id": c.group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "error_cb": self._on_client_error("consumer"),
+            "on_commit": self._on_commit,
+        }
+        if c.topic_pattern:
+            conf["topic.metadata.refresh.interval.ms"] = 5000
+        conf.update(c.kafka_options or {})
+        conf.update(c.consumer_options or {})
+        return conf
+
+    def _readback_config(self) -> dict[str, Any]:
+        """The settings of the consumer that reads a refused output's source record back."""
+        c = self.config
+        return {"bootstrap.servers": c.bootstrap, **(c.kafka_options or {}), **(c.consumer_options or {})}
+
     def _producer_config(self) -> dict[str, Any]:
         c = self.config
         conf: dict[str, Any] = {
@@ -285,6 +303,7 @@ class CdcConsumerService:
             "batch.num.messages": 10_000,
             "error_cb": self._on_client_error("producer"),
         }
+        conf.update(c.kafka_options or {})
         conf.update(c.producer_options or {})
         return conf
 
@@ -707,9 +726,8 @@ class CdcConsumerService:
             sources.setdefault(source, (topic, err))
         if not sources:
             return
-        consumer_conf = {"bootstrap.servers": self.config.bootstrap, **(self.config.consumer_options or {})}
         try:
-            records = dead_letters.fetch(consumer_conf, sources, timeout_s=10.0)
+            records = dead_letters.fetch(self._readback_config(), sources, timeout_s=10.0)
         except dead_letters.DeadLetterError as e:
             batch.refused = [r for r in refused if r[0] != dlq]  # tried again at the next harvest
             self._warn_rate_limited("refused", "cannot read back a refused output's source yet", error=str(e))

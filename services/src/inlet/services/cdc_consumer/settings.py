@@ -22,16 +22,22 @@ KEYLESS_CHOICES = ("auto", "whole_row", "skip", "reject")
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "bootstrap",
-        "--bootstrap",
+        "--kafka-bootstrap",
         "Kafka bootstrap servers of the Debezium topics",
         required=True,
         metavar="HOST:PORT[,...]",
+        env_name="KAFKA_BOOTSTRAP",
+        aliases=("--bootstrap",),
+        env_aliases=("BOOTSTRAP",),
     ),
     Setting(
         "output_bootstrap",
-        "--output-bootstrap",
-        "Kafka bootstrap servers for change, transaction and dead-letter topics (default: --bootstrap)",
+        "--output-kafka-bootstrap",
+        "Kafka bootstrap servers for change, transaction and dead-letter topics (default: --kafka-bootstrap)",
         metavar="HOST:PORT[,...]",
+        env_name="OUTPUT_KAFKA_BOOTSTRAP",
+        aliases=("--output-bootstrap",),
+        env_aliases=("OUTPUT_BOOTSTRAP",),
     ),
     Setting(
         "topics",
@@ -180,9 +186,17 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="S",
     ),
     Setting(
+        "kafka_options",
+        "--kafka-option",
+        "librdkafka setting KEY=VALUE of every Kafka client (consumer, producer, admin; repeatable)",
+        kind="pairs",
+        default=(),
+        metavar="KEY=VALUE",
+    ),
+    Setting(
         "consumer_options",
         "--consumer-option",
-        "extra librdkafka consumer setting (repeatable)",
+        "librdkafka setting of the Debezium-topic consumer only, over --kafka-option (repeatable)",
         kind="pairs",
         default=(),
         metavar="KEY=VALUE",
@@ -190,7 +204,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "producer_options",
         "--producer-option",
-        "extra librdkafka producer setting (repeatable)",
+        "librdkafka setting of the output producer and admin client only (the --output-kafka-bootstrap "
+        "cluster), over --kafka-option (repeatable)",
         kind="pairs",
         default=(),
         metavar="KEY=VALUE",
@@ -242,12 +257,14 @@ class CdcConfig:
     transaction_end_wait_ms: int = 60000
     idempotence: bool = False
     shutdown_timeout_s: float = 30.0
-    consumer_options: Mapping[str, str] | None = None
-    producer_options: Mapping[str, str] | None = None
+    kafka_options: Mapping[str, str] | None = None  # every client
+    consumer_options: Mapping[str, str] | None = None  # the Debezium-topic consumers, over kafka_options
+    producer_options: Mapping[str, str] | None = None  # the output producer (and admin), over kafka_options
 
     @classmethod
     def from_settings(cls, values: Mapping[str, Any]) -> CdcConfig:
         v = dict(values)
+        v["kafka_options"] = _options(v.get("kafka_options") or (), "--kafka-option")
         v["consumer_options"] = _options(v.get("consumer_options") or (), "--consumer-option")
         v["producer_options"] = _options(v.get("producer_options") or (), "--producer-option")
         v["topics"] = tuple(v.get("topics") or ())

@@ -171,8 +171,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from inlet.services.catalog_sync.service import CatalogSyncService, ServiceConfig
+def config_from_args(args: argparse.Namespace) -> tuple[Any, str]:
+    """The catalog sync service's config and its ``--metrics-listen`` address."""
+    from inlet.services.catalog_sync.service import ServiceConfig
 
     s = _resolve(args, RUN_SETTINGS, CATALOG_ENV)
     config = ServiceConfig(
@@ -187,10 +188,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         metastore_timeout_s=s["timeout"],
         kafka=dict(parse_key_values(s["kafka"], "--kafka-option")),
     )
+    return config, s["metrics_listen"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from inlet.services.catalog_sync.service import CatalogSyncService
+
+    config, listen = config_from_args(args)
     service = CatalogSyncService(config)
     return run_until_stopped(
         service.run,
-        s["metrics_listen"],
+        listen,
         service.metrics.registry,
         service.health,
         service="catalog-sync",

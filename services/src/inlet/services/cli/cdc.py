@@ -18,6 +18,7 @@ import orjson
 from inlet.services.cli.cdc_run import add_run_command
 from inlet.services.cli.errors import CliError, InputFileError
 from inlet.services.cli.options import choice, choices_metavar, env, with_env
+from inlet.services.runtime import add_deprecated_alias, env_with_aliases
 
 FORMATS = ("auto", "json", "avro")
 KEYLESS = ("reject", "whole_row", "skip", "auto")
@@ -76,17 +77,17 @@ def add_decode_command(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--value", required=True, metavar="FILE", help="the record's value bytes ('-' = stdin)")
     p.add_argument("--key", metavar="FILE", help="the record's key bytes (needed for the record key)")
     p.add_argument(
-        "--format",
+        "--value-format",
         type=choice(FORMATS),
         metavar=choices_metavar(FORMATS),
         default="auto",
         help="value format; auto: Confluent magic byte 0 means Avro, else JSON (default auto)",
     )
+    add_deprecated_alias(p, "--format", "--value-format", "value_format", type=choice(FORMATS))
     p.add_argument(
         "--schema-registry",
         metavar="URL",
-        default=env("INLET_SCHEMA_REGISTRY"),
-        help=with_env("Confluent schema registry for Avro records", "INLET_SCHEMA_REGISTRY"),
+        help=with_env("Confluent schema registry for Avro records", "INLET_CDC_SCHEMA_REGISTRY"),
     )
     p.add_argument(
         "--topic",
@@ -135,10 +136,14 @@ def cmd_cdc_decode(args: argparse.Namespace) -> int:
     value = _read(args.value, "value")
     key = _read(args.key, "key") if args.key else None
     registry = None
-    if args.schema_registry:
+    # read at run time, so that the deprecated spelling warns only when it is used
+    registry_url = args.schema_registry or env_with_aliases(
+        "INLET_CDC_SCHEMA_REGISTRY", ("INLET_SCHEMA_REGISTRY",)
+    )
+    if registry_url:
         from confluent_kafka.schema_registry import SchemaRegistryClient
 
-        registry = SchemaRegistryClient({"url": args.schema_registry})
+        registry = SchemaRegistryClient({"url": registry_url})
     catalog = None
     if args.database_url:
         from inlet.services.cdc_consumer import PostgresCatalog
@@ -147,7 +152,7 @@ def cmd_cdc_decode(args: argparse.Namespace) -> int:
     try:
         decoder = Decoder(
             topic_prefix=args.topic_prefix,
-            value_format=args.format,
+            value_format=args.value_format,
             schema_registry=registry,
             catalog=catalog,
             keyless=args.keyless,

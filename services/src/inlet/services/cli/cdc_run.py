@@ -33,9 +33,9 @@ broker acknowledged everything derived from them (at least once; the writer drop
 
 EPILOG = """\
 examples:
-  inlet cdc run --bootstrap kafka:9092 --topic-pattern '^dbserver1\\.' --metrics-listen 0.0.0.0:9464
-  INLET_CDC_BOOTSTRAP=kafka:9092 INLET_CDC_TOPICS=dbserver1.public.customers,dbserver1.transaction inlet cdc run
-  inlet dlq show --bootstrap kafka:9092             # the records that went to the dead letters
+  inlet cdc run --kafka-bootstrap kafka:9092 --topic-pattern '^dbserver1\\.' --metrics-listen 0.0.0.0:9464
+  INLET_CDC_KAFKA_BOOTSTRAP=kafka:9092 INLET_CDC_TOPICS=dbserver1.public.customers,dbserver1.transaction inlet cdc run
+  inlet dlq show --kafka-bootstrap kafka:9092         # the records that went to the dead letters
 """
 
 

@@ -88,7 +88,7 @@ def cmd_write(args: argparse.Namespace) -> int:
 def _write_locally(args: argparse.Namespace, table: HudiTable, opts: dict[str, str]) -> int:
     data: pa.Table | None = None
     if args.input is not None:
-        data = dataio.read_input(args.input, args.format, table.schema())
+        data = dataio.read_input(args.input, args.input_format, table.schema())
     rows = data.num_rows if data is not None else 0
     if data is not None and rows == 0 and args.op not in _EMPTY_INPUT_OPS:
         log_event(log, logging.WARNING, "input holds no records; nothing written", input=args.input)

@@ -11,11 +11,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from inlet.core import HudiTable
 from inlet.core.commit.protocol import CommitProtocol
 from inlet.services.cli.errors import UsageError
 from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve
+
+if TYPE_CHECKING:  # the gRPC client is imported only by commands that use it
+    from inlet.services.coordinator_client.client import CoordinatorClient
 
 ENV_PREFIX = "INLET_"
 TOKEN_SETTING = Setting(
@@ -26,6 +30,13 @@ CA_SETTING = Setting(
     "--coordinator-ca",
     "PEM file of the CA that signed the coordinator's certificate (turns TLS on)",
     metavar="FILE",
+)
+COORDINATOR_TLS_SETTING = Setting(
+    "coordinator_tls",
+    "--coordinator-tls",
+    "use TLS to the coordinator with the system's trusted CAs",
+    kind="bool",
+    default=False,
 )
 SETTINGS = (
     Setting(
@@ -42,16 +53,9 @@ SETTINGS = (
     ),
     TOKEN_SETTING,
     CA_SETTING,
+    COORDINATOR_TLS_SETTING,
 )
 
-
-COORDINATOR_TLS_SETTING = Setting(
-    "coordinator_tls",
-    "--coordinator-tls",
-    "use TLS to the coordinator with the system's trusted CAs",
-    kind="bool",
-    default=False,
-)
 
 # how a long-running service reaches the coordinator (its address is required there)
 CONNECTION_SETTINGS = (
@@ -80,6 +84,16 @@ def add_coordinator_options(p: argparse.ArgumentParser) -> None:
 @contextlib.contextmanager
 def commit_protocol(args: argparse.Namespace, path: str) -> Iterator[CommitProtocol | None]:
     """The coordinator's commit protocol for the table at ``path`` (None: commit alone)."""
+    with coordinator_session(args, path) as session:
+        yield None if session is None else session[2]
+
+
+@contextlib.contextmanager
+def coordinator_session(
+    args: argparse.Namespace, path: str
+) -> Iterator[tuple[CoordinatorClient, str, CommitProtocol] | None]:
+    """``(client, table id, commit protocol)`` of the table at ``path`` when ``--coordinator`` is
+    given (the table registered there), else None."""
     try:
         v = resolve(args, SETTINGS, ENV_PREFIX)
     except SettingsError as e:
@@ -96,11 +110,13 @@ def commit_protocol(args: argparse.Namespace, path: str) -> Iterator[CommitProto
     ca = read_ca(v["coordinator_ca"])
     from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
-    with CoordinatorClient(v["coordinator"], root_certificates=ca, token=v["coordinator_token"]) as client:
+    with CoordinatorClient(
+        v["coordinator"], root_certificates=ca, token=v["coordinator_token"], tls=bool(v["coordinator_tls"])
+    ) as client:
         client.register_table(v["table_id"], path)  # idempotent; an existing table keeps its mode
         protocol = GrpcCommitProtocol(client, v["table_id"], HudiTable.open(path).storage)
         try:
-            yield protocol
+            yield client, v["table_id"], protocol
         finally:
             protocol.close()
 

@@ -41,7 +41,7 @@ def detect_format(path: str) -> str:
     fmt = _EXTENSIONS.get(os.path.splitext(name)[1])
     if fmt is None:
         raise InputFileError(
-            f"cannot tell the format of {path} from its extension; pass --format {'|'.join(INPUT_FORMATS)}"
+            f"cannot tell the format of {path} from its extension; pass --input-format {'|'.join(INPUT_FORMATS)}"
         )
     return fmt
 

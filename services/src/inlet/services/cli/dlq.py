@@ -19,7 +19,7 @@ from typing import Any
 
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.options import env, env_int, int_at_least, parse_key_values, with_env
-from inlet.services.runtime import SettingsError, parse_pairs
+from inlet.services.runtime import SettingsError, add_deprecated_alias, env_with_aliases, parse_pairs
 
 DEFAULT_TOPIC = "inlet.dlq"
 PREVIEW_BYTES = 120
@@ -40,10 +40,12 @@ def _formatter(prog: str) -> argparse.HelpFormatter:
 
 
 def add_dlq_commands(subparsers: Any) -> None:
-    """Add ``dlq show`` to the ``inlet`` command's subparsers."""
+    """Add ``dlq show`` and ``dlq replay`` to the ``inlet`` command's subparsers."""
+    from inlet.services.cli.dlq_replay import add_replay_command
+
     p = subparsers.add_parser(
         "dlq",
-        help="inspect the dead-letter topic (the CDC consumer's and the writer's)",
+        help="inspect and replay the dead-letter topic (the CDC consumer's and the writer's)",
         description="The dead letters of the CDC consumer and the writer.",
         formatter_class=_formatter,
     )
@@ -52,43 +54,51 @@ def add_dlq_commands(subparsers: Any) -> None:
         "show",
         help="list dead letters with their reason and source",
         description=DESCRIPTION,
-        epilog="example:\n  inlet dlq show --bootstrap kafka:9092 --limit 20",
+        epilog="example:\n  inlet dlq show --kafka-bootstrap kafka:9092 --limit 20",
         formatter_class=_formatter,
     )
+    add_kafka_arguments(show)
+    show.add_argument("--limit", type=int_at_least(1), metavar="N", help="show at most N dead letters")
     show.add_argument(
-        "--bootstrap",
-        default=env("INLET_CDC_OUTPUT_BOOTSTRAP") or env("INLET_CDC_BOOTSTRAP"),
-        metavar="HOST:PORT",
-        help=with_env("Kafka bootstrap servers", "INLET_CDC_OUTPUT_BOOTSTRAP or INLET_CDC_BOOTSTRAP"),
+        "--json", action="store_true", help="one JSON object per dead letter (full value, base64)"
     )
-    show.add_argument(
+    show.set_defaults(handler=cmd_show)
+    add_replay_command(sub, _formatter, add_kafka_arguments)
+
+
+def add_kafka_arguments(p: argparse.ArgumentParser) -> None:
+    """The options every ``dlq`` command shares: the cluster, the topic, its end, librdkafka settings."""
+    p.add_argument(
+        "--kafka-bootstrap",
+        metavar="HOST:PORT",
+        help=with_env(
+            "Kafka bootstrap servers", "INLET_CDC_OUTPUT_KAFKA_BOOTSTRAP or INLET_CDC_KAFKA_BOOTSTRAP"
+        ),
+    )
+    add_deprecated_alias(p, "--bootstrap", "--kafka-bootstrap", "kafka_bootstrap")
+    p.add_argument(
         "--topic",
         default=env("INLET_CDC_DLQ_TOPIC", DEFAULT_TOPIC),
         metavar="TOPIC",
         help=with_env(f"dead-letter topic (default {DEFAULT_TOPIC})", "INLET_CDC_DLQ_TOPIC"),
     )
-    show.add_argument("--limit", type=int_at_least(1), metavar="N", help="show at most N dead letters")
-    show.add_argument(
-        "--json", action="store_true", help="one JSON object per dead letter (full value, base64)"
-    )
-    show.add_argument(
+    p.add_argument(
         "--idle-ms",
         type=int_at_least(100),
         default=env_int("INLET_DLQ_IDLE_MS", minimum=100) or 2000,
         metavar="MS",
         help=with_env("the topic's end: no record for this long (default 2000)", "INLET_DLQ_IDLE_MS"),
     )
-    show.add_argument(
+    p.add_argument(
         "--kafka-option",
         action="append",
         metavar="KEY=VALUE",
         help=with_env(
-            "librdkafka consumer setting, e.g. security.protocol=SASL_SSL (repeatable; the variable takes "
-            "one per line or a JSON object)",
+            "librdkafka setting of every Kafka client, e.g. security.protocol=SASL_SSL (repeatable; the "
+            "variable takes one per line or a JSON object)",
             "INLET_DLQ_KAFKA_OPTIONS",
         ),
     )
-    show.set_defaults(handler=cmd_show)
 
 
 def read_dead_letters(
@@ -99,9 +109,11 @@ def read_dead_letters(
     idle_s: float = 2.0,
     timeout_s: float = 10.0,
     options: Mapping[str, str] | None = None,
+    missing_ok: bool = False,
 ) -> Iterator[Any]:
     """Yield the records of ``topic`` from the start until none arrives for ``idle_s``; ``options``:
-    more librdkafka settings (security, for one)."""
+    more librdkafka settings (security, for one). A missing topic is an error, or (``missing_ok``)
+    a topic without records."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     try:
@@ -123,6 +135,8 @@ def read_dead_letters(
         except KafkaException as e:
             raise CliError(f"cannot reach Kafka at {bootstrap}: {e}") from None
         if meta is None or meta.error is not None or not meta.partitions:
+            if missing_ok:
+                return
             raise CliError(f"no dead-letter topic {topic!r} on {bootstrap}")
         consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])  # offset 0 = the beginning
         shown = 0
@@ -192,21 +206,37 @@ def describe(m: Any) -> dict[str, Any]:
     }
 
 
-def cmd_show(args: argparse.Namespace) -> int:
-    if not args.bootstrap:
-        raise UsageError("--bootstrap is required (or set INLET_CDC_BOOTSTRAP)")
-    out = sys.stdout
-    count = 0
+def kafka_bootstrap(args: argparse.Namespace) -> str | None:
+    """``--kafka-bootstrap``, else the CDC consumer's output cluster, else its input cluster (the
+    dead letters are where the CDC consumer writes them)."""
+    return (
+        args.kafka_bootstrap
+        or env_with_aliases("INLET_CDC_OUTPUT_KAFKA_BOOTSTRAP", ("INLET_CDC_OUTPUT_BOOTSTRAP",))
+        or env_with_aliases("INLET_CDC_KAFKA_BOOTSTRAP", ("INLET_CDC_BOOTSTRAP",))
+    )
+
+
+def kafka_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--kafka-option``s over ``INLET_DLQ_KAFKA_OPTIONS``: the librdkafka settings of every client."""
     try:
         from_env = parse_pairs(env("INLET_DLQ_KAFKA_OPTIONS") or "", "INLET_DLQ_KAFKA_OPTIONS")
     except SettingsError as e:
         raise UsageError(str(e)) from None
-    options = {
+    return {
         **parse_key_values(from_env, "INLET_DLQ_KAFKA_OPTIONS"),
         **parse_key_values(args.kafka_option, "--kafka-option"),
     }
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    bootstrap = kafka_bootstrap(args)
+    if not bootstrap:
+        raise UsageError("--kafka-bootstrap is required (or set INLET_CDC_KAFKA_BOOTSTRAP)")
+    out = sys.stdout
+    count = 0
+    options = kafka_options(args)
     idle_s = args.idle_ms / 1000.0
-    for m in read_dead_letters(args.bootstrap, args.topic, limit=args.limit, idle_s=idle_s, options=options):
+    for m in read_dead_letters(bootstrap, args.topic, limit=args.limit, idle_s=idle_s, options=options):
         d = describe(m)
         count += 1
         if args.json:

@@ -51,9 +51,11 @@ from inlet.services.cli.savepoint import add_savepoint_commands
 from inlet.services.cli.stack import add_stack_commands
 from inlet.services.cli.table import add_table_commands
 from inlet.services.cli.table_services import add_table_services_commands
+from inlet.services.cli.tables import add_tables_command
 from inlet.services.cli.timeline import add_timeline_commands
 from inlet.services.cli.verify import add_verify_commands
 from inlet.services.cli.writer import add_writer_commands
+from inlet.services.runtime import add_deprecated_alias
 
 log = logging.getLogger("inlet.cli")
 
@@ -115,7 +117,7 @@ def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
         "--input", metavar="FILE", help="input file (required unless delete_partition --partition)"
     )
     p.add_argument(
-        "--format",
+        "--input-format",
         type=choice(INPUT_FORMATS),
         metavar=choices_metavar(INPUT_FORMATS),
         default=env_choice("INLET_INPUT_FORMAT", INPUT_FORMATS),
@@ -124,6 +126,7 @@ def _add_write(subparsers: argparse._SubParsersAction[ArgumentParser]) -> None:
             "INLET_INPUT_FORMAT",
         ),
     )
+    add_deprecated_alias(p, "--format", "--input-format", "input_format", type=choice(INPUT_FORMATS))
     p.add_argument(
         "--sort-mode",
         type=choice(SORT_MODES),
@@ -235,6 +238,7 @@ def build_parser() -> ArgumentParser:
     add_cdc_commands(subparsers)
     add_writer_commands(subparsers)
     add_stack_commands(subparsers)
+    add_tables_command(subparsers)
     add_table_services_commands(subparsers)
     add_verify_commands(subparsers)
     return parser

@@ -4,11 +4,15 @@ savepoint (see :mod:`inlet.core.actions.savepoint` and :mod:`inlet.core.actions.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from inlet.core import HudiTable
 from inlet.services.cli import options, render
-from inlet.services.cli.errors import EXIT_OK
+from inlet.services.cli.commit import add_coordinator_options, coordinator_session
+from inlet.services.cli.errors import EXIT_OK, CliError
 from inlet.services.cli.parsing import add_command, add_path, formatter
 from inlet.services.cli.render import print_json
 
@@ -31,6 +35,7 @@ def add_savepoint_commands(subparsers: Any) -> None:
         "the savepoint as JSON.\n\nexample:\n  inlet savepoint create /lake/trips --instant 20240102030405678",
     )
     add_path(create)
+    add_coordinator_options(create)
     create.add_argument("--instant", required=True, help="the commit's instant time (yyyyMMddHHmmssSSS)")
     create.add_argument("--user", help="who savepoints (default: this user)")
     create.add_argument("--comment", default="", help="why (stored in the savepoint)")
@@ -51,6 +56,7 @@ def add_savepoint_commands(subparsers: Any) -> None:
         "Delete the savepoint at --instant (its commit may then be cleaned, archived or restored past).",
     )
     add_path(delete)
+    add_coordinator_options(delete)
     delete.add_argument("--instant", required=True, help="the savepoint's instant time")
 
     r = add_command(
@@ -65,14 +71,38 @@ def add_savepoint_commands(subparsers: Any) -> None:
     )
     add_path(r)
     r.add_argument("--to", required=True, help="the savepoint's instant time")
+    add_coordinator_options(r)
 
 
 def _table(args: argparse.Namespace) -> HudiTable:
     return HudiTable.open(options.table_path(args.path))
 
 
+@contextlib.contextmanager
+def _under_writer_lock(args: argparse.Namespace, path: str) -> Iterator[HudiTable]:
+    """The table, with ``--coordinator``: while this command holds the table's writers' lock there.
+
+    A savepoint takes the time of the commit it keeps, a time the coordinator has completed
+    already, and a restore rolls back completed commits, which the coordinator refuses (it rolls
+    back failed writes only); so neither is an instant the coordinator begins. Holding its lock
+    keeps writers and services that commit through the coordinator out meanwhile (the coordinator
+    reads the timeline from the table, so it sees the result)."""
+    with coordinator_session(args, path) as session:
+        if session is None:
+            yield HudiTable.open(path)
+            return
+        from inlet.services.coordinator_client.locks import hold_lease
+
+        client, table_id, _ = session
+        with hold_lease(client, table_id, "", f"inlet-savepoint-{os.getpid()}") as lease:
+            yield HudiTable.open(path)
+            if lease.lost.is_set():
+                raise CliError("the table's lock at the coordinator was lost meanwhile")
+
+
 def cmd_savepoint_create(args: argparse.Namespace) -> int:
-    info = _table(args).savepoint(args.instant, user=args.user, comment=args.comment)
+    with _under_writer_lock(args, options.table_path(args.path)) as table:
+        info = table.savepoint(args.instant, user=args.user, comment=args.comment)
     print_json(info.to_dict())
     return EXIT_OK
 
@@ -89,11 +119,13 @@ def cmd_savepoint_list(args: argparse.Namespace) -> int:
 
 
 def cmd_savepoint_delete(args: argparse.Namespace) -> int:
-    _table(args).delete_savepoint(args.instant)
+    with _under_writer_lock(args, options.table_path(args.path)) as table:
+        table.delete_savepoint(args.instant)
     print_json({"deleted": args.instant})
     return EXIT_OK
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    print_json(_table(args).restore(args.to).to_dict())
+    with _under_writer_lock(args, options.table_path(args.path)) as table:
+        print_json(table.restore(args.to).to_dict())
     return EXIT_OK

@@ -50,7 +50,7 @@ line when serving; /metrics and /healthz on --metrics-listen.
 
 EPILOG = """\
 example:
-  inlet table-services run --bootstrap kafka:9092 --coordinator coord:50551 \\
+  inlet table-services run --kafka-bootstrap kafka:9092 --coordinator coord:50551 \\
       --option hoodie.compact.inline.max.delta.commits=5
 """
 

@@ -31,10 +31,13 @@ ENV_PREFIX = "INLET_WRITER_"
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "bootstrap",
-        "--bootstrap",
+        "--kafka-bootstrap",
         "Kafka bootstrap servers (HOST:PORT[,...])",
         required=True,
         metavar="HOST:PORT",
+        env_name="KAFKA_BOOTSTRAP",
+        aliases=("--bootstrap",),
+        env_aliases=("BOOTSTRAP",),
     ),
     *CONNECTION_SETTINGS,
     Setting(
@@ -192,10 +195,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "kafka",
-        "--kafka",
-        "librdkafka consumer setting KEY=VALUE (repeatable)",
+        "--kafka-option",
+        "librdkafka setting KEY=VALUE of every Kafka client (consumer, dead-letter producer; repeatable)",
         kind="pairs",
         metavar="KEY=VALUE",
+        env_name="KAFKA_OPTIONS",
+        aliases=("--kafka",),
+        env_aliases=("KAFKA",),
     ),
     Setting(
         "compaction",
@@ -236,7 +242,7 @@ commit coordinator, exactly once.
 
 EPILOG = """\
 example:
-  inlet writer run --bootstrap kafka:9092 --coordinator coord:50551 --lake-root /lake \\
+  inlet writer run --kafka-bootstrap kafka:9092 --coordinator coord:50551 --lake-root /lake \\
       --table-config tables.json --metrics-listen 0.0.0.0:9464
 """
 
@@ -394,7 +400,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
     for name in ("batch_max_records", "batch_max_bytes", "batch_interval_ms"):
         if v[name] < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    kafka: dict[str, Any] = dict(parse_key_values(v["kafka"], "--kafka"))
+    kafka: dict[str, Any] = dict(parse_key_values(v["kafka"], "--kafka-option"))
     return WriterConfig(
         bootstrap=v["bootstrap"],
         coordinator=v["coordinator"],

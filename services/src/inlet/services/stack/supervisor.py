@@ -32,7 +32,7 @@ from inlet.core.s3 import S3Options
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.logs import log_event
 from inlet.services.runtime import StopSignal
-from inlet.services.stack import source
+from inlet.services.stack import heartbeat, source
 from inlet.services.stack.components import CommandComponent, Component, ServerComponent
 from inlet.services.stack.kafka import EmbeddedKafka
 from inlet.services.stack.postgres import EmbeddedPostgres
@@ -306,7 +306,7 @@ class Stack:
         argv = CommandComponent.inlet(
             "catalog",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--metastore",
             self.metastore.uri,
@@ -331,7 +331,7 @@ class Stack:
         argv = CommandComponent.inlet(
             "table-services",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--coordinator",
             self.coordinator_address,
@@ -400,6 +400,14 @@ class Stack:
             },
         )
         dbz.extra_config.update(self._initial_load(dbz, check))
+        # the heartbeat table, in the publication, keeps the slot moving while the tables are idle
+        if not self.config.source:
+            heartbeat.create_table(self.source_url)  # the stack's own database
+        dbz.extra_config.update(
+            heartbeat.connector_settings(
+                self.source_url, dbz.publication_name, dbz.extra_config["publication.autocreate.mode"]
+            )
+        )
 
         def running() -> bool:
             status = dbz.status()
@@ -455,7 +463,7 @@ class Stack:
         argv = CommandComponent.inlet(
             "cdc",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--topic-pattern",
             f"^{prefix}\\.",
@@ -485,7 +493,7 @@ class Stack:
         argv = CommandComponent.inlet(
             "writer",
             "run",
-            "--bootstrap",
+            "--kafka-bootstrap",
             self.kafka.bootstrap,
             "--coordinator",
             self.coordinator_address,
@@ -500,7 +508,7 @@ class Stack:
             "--table-config",
             str(self._table_config()),
             *(("--no-compaction",) if self.config.table_services else ()),
-            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka", opt)),
+            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
         )
         return CommandComponent(
             "writer",
