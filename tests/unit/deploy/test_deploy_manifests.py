@@ -251,6 +251,14 @@ def command_missing(argv: tuple[str, ...]) -> bool:
 # runs one of them is skipped, not failed, on a tree that does not have it yet. Any other unknown
 # command (a typo) fails.
 IN_PROGRESS = {("cdc", "run"), ("writer", "run")}
+# every long-running Inlet service, each deployed by compose and by the Kubernetes manifests
+SERVICE_COMMANDS = (
+    ("coordinator", "serve"),
+    ("cdc", "run"),
+    ("writer", "run"),
+    ("table-services", "run"),
+    ("catalog", "run"),
+)
 
 
 def command_params() -> list[Any]:
@@ -298,12 +306,20 @@ def test_inlet_variables_are_read_by_their_command(line: CommandLine) -> None:
 def test_every_inlet_service_is_covered() -> None:
     lines = all_command_lines()
     commands = {tuple(w for w in cl.argv if not w.startswith("-"))[:2] for cl in lines}
-    for expected in (("coordinator", "serve"), ("cdc", "run"), ("writer", "run")):
+    for expected in SERVICE_COMMANDS:
         assert expected in commands, f"no compose or k8s service runs `inlet {' '.join(expected)}`"
     origins = {cl.origin.split(":")[0] for cl in lines}
     assert origins >= {"docker-compose.yml", "deploy/Dockerfile"} and any(
         o.startswith("deploy/k8s/") for o in origins
     )
+    # compose and Kubernetes each run every service (the tables are maintained and catalogued in both)
+    for where, found in (
+        ("docker-compose.yml", compose_command_lines()),
+        ("deploy/k8s", k8s_command_lines()),
+    ):
+        runs = {cl.argv[:2] for cl in found}
+        missing = [" ".join(c) for c in SERVICE_COMMANDS if c not in runs]
+        assert not missing, f"{where} runs no `inlet {'`, `inlet '.join(missing)}`"
 
 
 # ------------------------------------------------------------------------------ compose
@@ -435,11 +451,29 @@ def test_compose_services_agree_with_each_other() -> None:
     # ... with the token that init-secrets.sh puts in the coordinator's tokens file
     token = writer["environment"]["INLET_WRITER_COORDINATOR_TOKEN"]
     assert token == services["inlet-secrets"]["environment"]["WRITER_TOKEN"] and len(token) >= 8
+    # the table services commit through the same coordinator, with the token init-secrets.sh makes
+    ts = services["table-services"]
+    assert _flag(ts["command"], "--coordinator") == _flag(writer["command"], "--coordinator")
+    ts_token = ts["environment"]["INLET_TABLE_SERVICES_COORDINATOR_TOKEN"]
+    assert ts_token == services["inlet-secrets"]["environment"]["TABLE_SERVICES_TOKEN"] != token
+    assert ts["environment"]["INLET_TABLE_SERVICES_COORDINATOR_CA"].startswith("/var/lib/inlet/secrets/")
+    assert "coordinator" in ts["depends_on"]
+    # catalog sync talks to the compose metastore, on the port it serves
+    catalog, hms = services["catalog-sync"], services["hive-metastore"]
+    host, hms_port = _flag(catalog["command"], "--metastore").removeprefix("thrift://").rsplit(":", 1)
+    assert host == "hive-metastore" and f"/{hms_port}" in " ".join(hms["healthcheck"]["test"])
+    assert "hive-metastore" in catalog["depends_on"]
+    # every service that follows Kafka uses the same bootstrap servers
+    bootstrap = _flag(coord["command"], "--kafka-bootstrap")
+    for name in ("cdc-consumer", "writer", "table-services", "catalog-sync"):
+        assert _flag(services[name]["command"], "--bootstrap") == bootstrap, name
     # the health checks probe the ports the services listen on
     assert _flag(coord["healthcheck"]["test"], "--address").endswith(":" + port)
-    for name in ("cdc-consumer", "writer"):
+    for name in ("cdc-consumer", "writer", "table-services", "catalog-sync"):
         listen_port = _flag(services[name]["command"], "--metrics-listen").rsplit(":", 1)[1]
         assert f"127.0.0.1:{listen_port}/healthz" in " ".join(services[name]["healthcheck"]["test"])
+        published = [p.rsplit(":", 1)[1] for p in services[name]["ports"]]
+        assert published == [listen_port], f"{name} publishes {published}, serves {listen_port}"
 
 
 def test_k8s_services_agree_with_each_other() -> None:
@@ -457,6 +491,24 @@ def test_k8s_services_agree_with_each_other() -> None:
     }
     tokens = json.loads(secrets["inlet-coordinator-tokens"]["tokens.json"])["tokens"]
     assert secrets["inlet-writer"]["INLET_WRITER_COORDINATOR_TOKEN"] in {t["token"] for t in tokens}
+    # the table services commit through the same coordinator, trusting the same CA, with a token of theirs
+    ts = maps["inlet-table-services"]
+    assert ts["INLET_TABLE_SERVICES_COORDINATOR"] == writer["INLET_WRITER_COORDINATOR"]
+    assert ts["INLET_TABLE_SERVICES_COORDINATOR_CA"] == writer["INLET_WRITER_COORDINATOR_CA"]
+    ts_token = secrets["inlet-table-services"]["INLET_TABLE_SERVICES_COORDINATOR_TOKEN"]
+    assert ts_token in {t["token"] for t in tokens} and ts_token != writer.get(
+        "INLET_WRITER_COORDINATOR_TOKEN"
+    )
+    # every service that follows Kafka uses the coordinator's brokers
+    bootstrap = coord["INLET_COORDINATOR_KAFKA_BOOTSTRAP"]
+    for name, key in (
+        ("inlet-cdc-consumer", "INLET_CDC_BOOTSTRAP"),
+        ("inlet-writer", "INLET_WRITER_BOOTSTRAP"),
+        ("inlet-table-services", "INLET_TABLE_SERVICES_BOOTSTRAP"),
+        ("inlet-catalog-sync", "INLET_CATALOG_BOOTSTRAP"),
+    ):
+        assert maps[name][key] == bootstrap, name
+    assert maps["inlet-catalog-sync"]["INLET_CATALOG_METASTORE"].startswith("thrift://")
 
 
 def test_writer_table_config_is_valid_and_the_same_everywhere() -> None:
@@ -512,6 +564,8 @@ def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
         "inlet-coordinator",
         "inlet-cdc-consumer",
         "inlet-writer",
+        "inlet-table-services",
+        "inlet-catalog-sync",
     }
     for path, doc in workloads:
         spec = pod_spec(doc)
@@ -544,6 +598,121 @@ def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
                     svc["spec"]["selector"].items() <= doc["spec"]["template"]["metadata"]["labels"].items()
                 )
                 assert svc["spec"]["ports"][0]["targetPort"] == "grpc"
+
+
+def k8s_container_env(container: dict[str, Any]) -> dict[str, str]:
+    """The values a container's ``env``/``envFrom`` give it from the ConfigMaps in deploy/k8s (Secrets'
+    values are the user's: left out)."""
+    maps = {d["metadata"]["name"]: d.get("data", {}) for _p, d in k8s_docs() if d["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for ref in container.get("envFrom", []):
+        if "configMapRef" in ref:
+            env.update({ref.get("prefix", "") + k: v for k, v in maps[ref["configMapRef"]["name"]].items()})
+    env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+    return env
+
+
+def http_probed_containers() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path, doc in k8s_docs():
+        for c in (pod_spec(doc) or {}).get("containers", []):
+            if any("httpGet" in c.get(p, {}) for p in PROBES):
+                out.append((f"{path.name}:{c['name']}", c))
+    return out
+
+
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+def metrics_listen_port(container: dict[str, Any]) -> int:
+    """The port the container's Inlet process serves /metrics and its health paths on."""
+    listen = [v for k, v in k8s_container_env(container).items() if k.endswith("_METRICS_LISTEN")]
+    assert len(listen) == 1, f"{container['name']}: set the service's *_METRICS_LISTEN once, found {listen}"
+    return int(listen[0].rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize(
+    "where,container", http_probed_containers(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_k8s_http_probes_target_the_port_the_service_listens_on(
+    where: str, container: dict[str, Any]
+) -> None:
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    serves = metrics_listen_port(container)
+    for probe in PROBES:
+        target = container[probe]["httpGet"]["port"]
+        number = ports[target] if isinstance(target, str) else target
+        assert number == serves, f"{where}: {probe} probes port {number}; the service listens on {serves}"
+
+
+# services whose real process serves its HTTP endpoint here in a second without Kafka (the writer
+# starts Spark first; the cdc consumer announces itself once Kafka answers)
+LIGHT_SERVICES = {("table-services", "run"), ("catalog", "run")}
+
+
+@pytest.mark.parametrize(
+    "where,container",
+    [(w, c) for w, c in http_probed_containers() if tuple(c["args"][:2]) in LIGHT_SERVICES],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_k8s_http_probe_paths_are_served_by_the_real_service(
+    where: str, container: dict[str, Any], tmp_path: Path
+) -> None:
+    """The container's command, with its ConfigMap's settings, started for real: every path its probes
+    ask for is answered (200 or 503 while Kafka, here unreachable, is missing), none is a 404."""
+    import select
+    import time
+    import urllib.error
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INLET_", "AWS_"))}
+    for k, v in k8s_container_env(container).items():
+        if k.endswith(("_BOOTSTRAP", "_COORDINATOR")):
+            v = "127.0.0.1:9"  # nothing listens: the service runs (and reports) without it
+        elif k.endswith("_METRICS_LISTEN"):
+            v = "127.0.0.1:0"
+        elif k.endswith("_METASTORE"):
+            v = "thrift://127.0.0.1:9"
+        elif k.endswith(("_CA", "_TOKEN", "_TOKEN_FILE", "_DATABASE_URL")) or v.startswith("/etc/"):
+            continue  # files and secrets of the pod
+        env[k] = v
+    inlet = Path(sys.executable).with_name("inlet")
+    log = tmp_path / "stderr.log"  # a file: librdkafka's retries would fill a pipe
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [str(inlet), *container["args"]],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while not line and time.monotonic() < deadline and proc.poll() is None:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line, (
+            f"{where}: `inlet {' '.join(container['args'])}` did not start: {log.read_text()[-2000:]}"
+        )
+        address = json.loads(line)["metrics"]
+        for probe in PROBES:
+            path = container[probe]["httpGet"]["path"]
+            try:
+                with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
+                    status = reply.status
+            except urllib.error.HTTPError as e:
+                status = e.code
+            assert status in (200, 503), f"{where}: {probe} asks for {path}; the service answers {status}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 # ------------------------------------------------------------------------------ images
