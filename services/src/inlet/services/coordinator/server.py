@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from inlet.proto.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from inlet.services.coordinator import validation
-from inlet.services.coordinator.auth import TokenAuthInterceptor, load_tokens
+from inlet.services.coordinator.auth import TokenAuthInterceptor, TokenFile
 from inlet.services.coordinator.commits import Coordinator
 from inlet.services.coordinator.config import ConfigError, CoordinatorConfig
 from inlet.services.coordinator.janitor import Janitor
@@ -47,6 +47,7 @@ class RunningServer:
     janitor: Janitor
     health: health.HealthServicer
     publisher: Any | None = None
+    auth: TokenAuthInterceptor | None = None  # the bearer tokens (reloaded when their file changes)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -126,8 +127,9 @@ def serve(config: CoordinatorConfig) -> RunningServer:
     except ValueError as e:
         raise ConfigError(str(e)) from e
     interceptors = []
-    if config.tokens_file:
-        interceptors.append(TokenAuthInterceptor(load_tokens(config.tokens_file)))
+    auth = TokenAuthInterceptor(TokenFile(config.tokens_file)) if config.tokens_file else None
+    if auth is not None:
+        interceptors.append(auth)
     credentials = _credentials(config)
 
     store = Store(config.database_url, pool_size=config.db_pool_size).open()
@@ -180,7 +182,9 @@ def serve(config: CoordinatorConfig) -> RunningServer:
             part.stop(0) if isinstance(part, grpc.Server) else part.stop()
         store.close()
         raise
-    running = RunningServer(config, server, port, store, coordinator, janitor, health_servicer, publisher)
+    running = RunningServer(
+        config, server, port, store, coordinator, janitor, health_servicer, publisher, auth
+    )
     log_event(
         log,
         logging.INFO,
