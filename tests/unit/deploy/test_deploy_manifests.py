@@ -432,6 +432,20 @@ def test_connector_config_and_cdc_consumer_agree() -> None:
     init_sql = (DEPLOY / "postgres" / "initdb" / "01-inlet.sql").read_text()
     table = re.search(r"INSERT INTO ([\w.]+)", cfg["heartbeat.action.query"]).group(1)  # type: ignore[union-attr]
     assert f"CREATE TABLE IF NOT EXISTS {table}" in init_sql
+    # Debezium and the CDC consumer connect as the least-privilege role of deploy/sql/replication-role.sql
+    # (made by the compose initdb script, with the publication the connector then uses as it is), not as
+    # the superuser POSTGRES_USER
+    pg = interpolate(compose())["services"]["postgres"]
+    assert cfg["database.user"] != pg["environment"]["POSTGRES_USER"]
+    role_script = (DEPLOY / "postgres" / "initdb" / "02-replication-role.sh").read_text()
+    assert "/inlet-sql/replication-role.sql" in role_script and "./deploy/sql:/inlet-sql:ro" in pg["volumes"]
+    assert f"role={cfg['database.user']}" in role_script
+    assert f"publication={cfg['publication.name']}" in role_script
+    assert cfg["publication.autocreate.mode"] == "disabled"  # the role may not create nor alter it
+    cdc_url = interpolate(compose())["services"]["cdc-consumer"]["environment"]["INLET_CDC_DATABASE_URL"]
+    assert cdc_url.startswith(f"postgresql://{cfg['database.user']}:")
+    props = (DEPLOY / "connect" / "postgres.properties").read_text()
+    assert f"password={pg['environment']['REPLICATION_PASSWORD']}" in props.splitlines()
     # the coordinator's database exists
     coord_url = compose()["services"]["coordinator"]["environment"]["INLET_COORDINATOR_DATABASE_URL"]
     assert f"CREATE DATABASE {coord_url.rsplit('/', 1)[1]}" in init_sql
@@ -448,14 +462,19 @@ def test_compose_services_agree_with_each_other() -> None:
     assert _flag(writer["command"], "--lake-root") == _flag(coord["command"], "--lake-root")
     host, port = _flag(writer["command"], "--coordinator").rsplit(":", 1)
     assert host == "coordinator" and port == _flag(coord["command"], "--listen").rsplit(":", 1)[1]
-    # ... with the token that init-secrets.sh puts in the coordinator's tokens file
-    token = writer["environment"]["INLET_WRITER_COORDINATOR_TOKEN"]
-    assert token == services["inlet-secrets"]["environment"]["WRITER_TOKEN"] and len(token) >= 8
+    # ... with the token file that init-secrets.sh writes beside the coordinator's tokens file
+    secrets_volume = "inlet-secrets:/var/lib/inlet/secrets:ro"
+    assert (
+        writer["environment"]["INLET_WRITER_COORDINATOR_TOKEN_FILE"] == "/var/lib/inlet/secrets/writer.token"
+    )
+    assert (
+        secrets_volume in writer["volumes"] and "INLET_WRITER_COORDINATOR_TOKEN" not in writer["environment"]
+    )
     # the table services commit through the same coordinator, with the token init-secrets.sh makes
     ts = services["table-services"]
     assert _flag(ts["command"], "--coordinator") == _flag(writer["command"], "--coordinator")
-    ts_token = ts["environment"]["INLET_TABLE_SERVICES_COORDINATOR_TOKEN"]
-    assert ts_token == services["inlet-secrets"]["environment"]["TABLE_SERVICES_TOKEN"] != token
+    ts_token = ts["environment"]["INLET_TABLE_SERVICES_COORDINATOR_TOKEN_FILE"]
+    assert ts_token == "/var/lib/inlet/secrets/table-services.token" and secrets_volume in ts["volumes"]
     assert ts["environment"]["INLET_TABLE_SERVICES_COORDINATOR_CA"].startswith("/var/lib/inlet/secrets/")
     assert "coordinator" in ts["depends_on"]
     # catalog sync talks to the compose metastore, on the port it serves
@@ -800,7 +819,20 @@ def test_init_secrets_and_grpc_health_check_work_together(tmp_path: Path) -> Non
     # the tokens file is one the coordinator accepts
     from inlet.services.coordinator.auth import load_tokens
 
-    assert load_tokens(str(secrets / "tokens.json"))[0].secret == "test-writer-token-123"
+    accepted = {t.secret for t in load_tokens(str(secrets / "tokens.json"))}
+    assert "test-writer-token-123" in accepted
+    # every token file a compose client reads was written, and holds a token the coordinator accepts
+    from inlet.services.cli.commit import coordinator_token
+
+    services = compose()["services"]
+    token_files = [
+        v for svc in services.values() for k, v in (svc.get("environment") or {}).items()
+        if k.endswith("_COORDINATOR_TOKEN_FILE")
+    ]  # fmt: skip
+    assert len(token_files) == 2
+    for path in token_files:
+        local = str(secrets / path[len(mounted) :])
+        assert coordinator_token({"coordinator_token_file": local}) in accepted, path
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     servicer = health.HealthServicer()
