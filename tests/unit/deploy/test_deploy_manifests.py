@@ -200,10 +200,11 @@ def k8s_command_lines() -> Iterator[CommandLine]:
                 continue
             names = [e["name"] for e in c.get("env", [])]
             for ref in c.get("envFrom", []):
-                kind, key = (
-                    ("ConfigMap", "configMapRef") if "configMapRef" in ref else ("Secret", "secretRef")
+                # a Secret's keys are the user's (not in deploy/k8s): name each variable (env valueFrom)
+                assert "configMapRef" in ref, (
+                    f"{path.name}: {c['name']}: envFrom a Secret hides its variables"
                 )
-                src = (kind, ref[key]["name"])
+                src = ("ConfigMap", ref["configMapRef"]["name"])
                 assert src in sources, f"{path.name}: {c['name']} takes envFrom {src}, which deploy/k8s lacks"
                 prefix = ref.get("prefix", "")
                 names += [prefix + k for k in sources[src]]
@@ -505,18 +506,31 @@ def test_k8s_services_agree_with_each_other() -> None:
     host, port = writer["INLET_WRITER_COORDINATOR"].rsplit(":", 1)
     assert host == service["metadata"]["name"] and int(port) == service["spec"]["ports"][0]["port"]
     assert coord["INLET_COORDINATOR_LISTEN"].endswith(":" + port)
-    secrets = {
-        d["metadata"]["name"]: d.get("stringData", {}) for _p, d in k8s_docs() if d["kind"] == "Secret"
-    }
-    tokens = json.loads(secrets["inlet-coordinator-tokens"]["tokens.json"])["tokens"]
-    assert secrets["inlet-writer"]["INLET_WRITER_COORDINATOR_TOKEN"] in {t["token"] for t in tokens}
-    # the table services commit through the same coordinator, trusting the same CA, with a token of theirs
+    # the writer and the table services commit through the same coordinator, trusting its CA, each
+    # with a token of its own read from a file mounted from its Secret
     ts = maps["inlet-table-services"]
     assert ts["INLET_TABLE_SERVICES_COORDINATOR"] == writer["INLET_WRITER_COORDINATOR"]
     assert ts["INLET_TABLE_SERVICES_COORDINATOR_CA"] == writer["INLET_WRITER_COORDINATOR_CA"]
-    ts_token = secrets["inlet-table-services"]["INLET_TABLE_SERVICES_COORDINATOR_TOKEN"]
-    assert ts_token in {t["token"] for t in tokens} and ts_token != writer.get(
-        "INLET_WRITER_COORDINATOR_TOKEN"
+    token_secrets = {
+        name: mounted_secret(deployment(name), maps[name][f"{prefix}COORDINATOR_TOKEN_FILE"])
+        for name, prefix in (
+            ("inlet-writer", "INLET_WRITER_"),
+            ("inlet-table-services", "INLET_TABLE_SERVICES_"),
+        )
+    }
+    assert len(set(token_secrets.values())) == 2, token_secrets
+    for name, prefix in (
+        ("inlet-writer", "INLET_WRITER_"),
+        ("inlet-table-services", "INLET_TABLE_SERVICES_"),
+    ):
+        assert mounted_secret(deployment(name), maps[name][f"{prefix}COORDINATOR_CA"]) == (
+            "inlet-coordinator-tls",
+            "ca.crt",
+        )
+    # the coordinator's tokens file is a whole mounted Secret (no subPath: updates reach the pod)
+    assert mounted_secret(deployment("inlet-coordinator"), coord["INLET_COORDINATOR_TOKENS"]) == (
+        "inlet-coordinator-tokens",
+        "tokens.json",
     )
     # every service that follows Kafka uses the coordinator's brokers
     bootstrap = coord["INLET_COORDINATOR_KAFKA_BOOTSTRAP"]
@@ -528,6 +542,31 @@ def test_k8s_services_agree_with_each_other() -> None:
     ):
         assert maps[name][key] == bootstrap, name
     assert maps["inlet-catalog-sync"]["INLET_CATALOG_METASTORE"].startswith("thrift://")
+
+
+def deployment(name: str) -> dict[str, Any]:
+    return next(d for _p, d in k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+
+
+def mounted_secret(doc: dict[str, Any], path: str) -> tuple[str, str]:
+    """(Secret name, key) of the file ``path`` in the Deployment's container, from its volume mounts."""
+    spec = pod_spec(doc)
+    assert spec is not None
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for c in spec["containers"]:
+        for m in c.get("volumeMounts", []):
+            prefix = m["mountPath"].rstrip("/") + "/"
+            if not path.startswith(prefix):
+                continue
+            assert "subPath" not in m, (
+                f"{doc['metadata']['name']}: {path} is mounted by subPath (never updated)"
+            )
+            secret = volumes[m["name"]].get("secret")
+            assert secret, f"{doc['metadata']['name']}: {path} is not in a Secret volume"
+            file = path[len(prefix) :]
+            items = {i["path"]: i["key"] for i in secret.get("items", [])}
+            return secret["secretName"], items.get(file, file) if items else file
+    raise AssertionError(f"{doc['metadata']['name']}: nothing mounts {path}")
 
 
 def test_writer_table_config_is_valid_and_the_same_everywhere() -> None:
@@ -732,6 +771,108 @@ def test_k8s_http_probe_paths_are_served_by_the_real_service(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+# ------------------------------------------------------------------------------ Kubernetes secrets
+
+DOCS = ROOT / "docs" / "deployment.md"
+# what a value someone forgot to replace looks like
+PLACEHOLDER = re.compile(r"change[-_ ]?me|placeholder|replace[-_ ]?me|todo|xxx|<[^>]*>|\.\.\.|^$", re.I)
+
+
+def kustomized(kustomization: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The documents a kustomization's resources hold (following nested kustomizations) and its
+    secretGenerator entries."""
+    k = yaml.safe_load(kustomization.read_text())
+    docs: list[dict[str, Any]] = []
+    generators: list[dict[str, Any]] = list(k.get("secretGenerator") or [])
+    for entry in [*(k.get("resources") or []), *(k.get("components") or [])]:
+        target = kustomization.parent / entry
+        if target.is_dir():
+            inner_docs, inner_generators = kustomized(target / "kustomization.yaml")
+            docs += inner_docs
+            generators += inner_generators
+        else:
+            docs += load_yaml_docs(target)
+    return docs, generators
+
+
+def placeholder_secrets(docs: list[dict[str, Any]], generators: list[dict[str, Any]]) -> list[str]:
+    """Secrets (and generated ones) holding a value that looks like a placeholder."""
+    import base64
+
+    found = []
+    for d in docs:
+        if d.get("kind") != "Secret":
+            continue
+        values = {**(d.get("stringData") or {})}
+        values.update(
+            {k: base64.b64decode(v).decode(errors="replace") for k, v in (d.get("data") or {}).items()}
+        )
+        found += [
+            f"Secret {d['metadata']['name']}: {k}" for k, v in values.items() if PLACEHOLDER.search(str(v))
+        ]
+    for g in generators:
+        for literal in g.get("literals") or []:
+            k, _, v = literal.partition("=")
+            if PLACEHOLDER.search(v):
+                found.append(f"secretGenerator {g.get('name')}: {k}")
+    return found
+
+
+def test_kubectl_apply_k_deploys_no_placeholder_secret() -> None:
+    docs, generators = kustomized(K8S / "kustomization.yaml")
+    assert {d["kind"] for d in docs} >= {"Deployment", "ConfigMap"}
+    assert not placeholder_secrets(docs, generators), placeholder_secrets(docs, generators)
+    # the check finds what the old secrets.yaml shipped
+    old = [{"kind": "Secret", "metadata": {"name": "w"}, "stringData": {"T": "CHANGE-ME-writer-token"}}]
+    assert placeholder_secrets(old, []) == ["Secret w: T"]
+    assert placeholder_secrets([], [{"name": "g", "literals": ["URL=postgresql://u:<password>@db/app"]}])
+
+
+def documented_secrets() -> dict[str, set[str]]:
+    """Secret name -> keys, from the `kubectl ... create secret generic NAME --from-...=KEY=...` lines
+    of docs/deployment.md."""
+    text = re.sub(r"\\\n\s*", " ", DOCS.read_text())
+    out: dict[str, set[str]] = {}
+    for m in re.finditer(r"kubectl (?:-n \S+ )?create secret generic (\S+)([^\n]*)", text):
+        keys = set(re.findall(r"--from-(?:literal|file)=([A-Za-z0-9_.-]+)=", m.group(2)))
+        out.setdefault(m.group(1), set()).update(keys)
+    return out
+
+
+def referenced_secrets() -> dict[tuple[str, str], str]:
+    """(Secret name, key) -> where, for every Secret a workload under deploy/k8s names."""
+    refs: dict[tuple[str, str], str] = {}
+    for path, doc in k8s_docs():
+        spec = pod_spec(doc)
+        if spec is None:
+            continue
+        where = f"{path.name}:{doc['metadata']['name']}"
+        for c in spec["containers"]:
+            for e in c.get("env", []):
+                ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    refs[(ref["name"], ref["key"])] = f"{where} env {e['name']}"
+        for v in spec.get("volumes", []):
+            if "secret" in v:
+                items = v["secret"].get("items")
+                assert items, f"{where}: volume {v['name']} should list the Secret's keys it mounts"
+                for i in items:
+                    refs[(v["secret"]["secretName"], i["key"])] = f"{where} volume {v['name']}"
+    return refs
+
+
+def test_every_secret_the_manifests_name_is_created_by_the_documented_commands() -> None:
+    documented = documented_secrets()
+    refs = referenced_secrets()
+    assert len(refs) >= 8
+    missing = [
+        f"{w}: Secret {n} key {k}" for (n, k), w in sorted(refs.items()) if k not in documented.get(n, set())
+    ]
+    assert not missing, "docs/deployment.md does not create:\n" + "\n".join(missing)
+    unused = sorted(set(documented) - {n for n, _k in refs})
+    assert not unused, f"docs/deployment.md creates Secrets no manifest uses: {unused}"
 
 
 # ------------------------------------------------------------------------------ images
