@@ -16,6 +16,7 @@ from inlet.services.cli.commit import CONNECTION_SETTINGS, coordinator_token, re
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
 from inlet.services.cli.s3_options import add_s3_options
+from inlet.services.extras import require
 from inlet.services.runtime import (
     Setting,
     SettingsError,
@@ -431,6 +432,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from inlet.services.writer.tables import TableConfigError
 
     config, listen = config_from_args(args)
+    if config.engine == "spark":
+        require("spark", "inlet writer run --engine spark")
     try:
         writer = Writer(config)
     except TableConfigError as e:
