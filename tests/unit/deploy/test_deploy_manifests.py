@@ -49,7 +49,7 @@ SCRIPTS = DEPLOY / "scripts"
 # the oldest Kubernetes minor the manifests must be valid for (kubernetes-validate picks the newest
 # schema set not newer than this)
 K8S_VERSION = "1.30.0"
-INLET_IMAGE = re.compile(r"^(?:.*/)?inlet(?::|@|$)")
+INLET_IMAGE = re.compile(r"^(?:.*/)?inlet(?:-spark)?(?::|@|$)")
 ENV_IN_HELP = re.compile(r"\[env: (INLET_[A-Z0-9_]+)\]")
 
 
@@ -110,7 +110,8 @@ def pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
 @dataclass
 class Dockerfile:
     args: dict[str, str] = field(default_factory=dict)
-    from_images: list[str] = field(default_factory=list)
+    from_images: list[str] = field(default_factory=list)  # external images (not earlier stages)
+    stages: dict[str, str] = field(default_factory=dict)  # stage name -> its instructions' text
     env: dict[str, str] = field(default_factory=dict)
     entrypoint: list[str] | None = None
     cmd: list[str] | None = None
@@ -120,21 +121,28 @@ def parse_dockerfile(path: Path) -> Dockerfile:
     """The few instructions the checks need (ARG defaults, FROM, ENV, ENTRYPOINT, CMD)."""
     text = re.sub(r"\\\n", " ", path.read_text())
     out = Dockerfile()
+    current = ""
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         instr, _, rest = line.partition(" ")
         instr, rest = instr.upper(), rest.strip()
+        if out.stages and instr != "FROM":
+            out.stages[current] += line + "\n"
         if instr == "ARG" and "=" in rest:
             k, _, v = rest.partition("=")
             out.args.setdefault(k.strip(), v.strip().strip('"'))
         elif instr == "FROM":
-            image = next(w for w in rest.split() if not w.startswith("--"))
+            words = [w for w in rest.split() if not w.startswith("--")]
             image = re.sub(
-                r"\$\{(\w+)\}|\$(\w+)", lambda m: out.args.get(m.group(1) or m.group(2), ""), image
+                r"\$\{(\w+)\}|\$(\w+)", lambda m: out.args.get(m.group(1) or m.group(2), ""), words[0]
             )
-            out.from_images.append(image)
+            if image not in out.stages:
+                out.from_images.append(image)
+            stage = words[2] if len(words) >= 3 and words[1].upper() == "AS" else f"#{len(out.stages)}"
+            out.stages[stage] = ""
+            current = stage
         elif instr == "ENV":
             for word in shlex.split(rest):
                 k, _, v = word.partition("=")
@@ -611,7 +619,7 @@ def test_kustomization_lists_every_manifest() -> None:
     k = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     assert k["apiVersion"] == "kustomize.config.k8s.io/v1beta1" and k["kind"] == "Kustomization"
     assert sorted(k["resources"]) == sorted(p.name for p in k8s_files())
-    assert {i["name"] for i in k.get("images", [])} == {"inlet"}
+    assert {i["name"] for i in k.get("images", [])} == {"inlet", "inlet-spark"}
 
 
 def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
@@ -910,9 +918,8 @@ def test_every_image_is_pinned() -> None:
 def test_dockerfile_shape() -> None:
     df = parse_dockerfile(DOCKERFILE)
     text = DOCKERFILE.read_text()
-    assert len(df.from_images) >= 2, "multi-stage: a build stage and a runtime stage"
+    assert len(df.stages) >= 2, "multi-stage: build stages and runtime stages"
     assert "uv sync --locked" in text and "--no-dev" in text
-    assert "openjdk-17-jre-headless" in text  # Spark needs Java 17
     user = re.findall(r"^USER\s+(\S+)", text, flags=re.M)
     assert user and user[-1].split(":")[0] not in ("root", "0"), "the runtime stage runs as a non-root user"
     # what the compose file and manifests expect inside the image
@@ -920,6 +927,65 @@ def test_dockerfile_shape() -> None:
         assert path in text
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
     assert "*" in ignore and "!uv.lock" in ignore
+
+
+def stage_chain(df: Dockerfile, stage: str) -> str:
+    """The instructions of ``stage`` and of the stages it is built FROM and COPYs --from."""
+    text = df.stages[stage]
+    for parent in re.findall(r"COPY --from=(\S+)", text):
+        if parent in df.stages:
+            text += stage_chain(df, parent)
+    return text
+
+
+def test_service_images_carry_only_what_they_run() -> None:
+    """slim: inlet-services alone, no Java, no PySpark; spark: [spark] and Java 17; neither the
+    embedded stack ([stack], or the whole workspace, whose root asks for it)."""
+    df = parse_dockerfile(DOCKERFILE)
+    text = DOCKERFILE.read_text()
+    assert list(df.stages)[-1] == "slim", "slim is the default target (the last stage)"
+    slim, spark = stage_chain(df, "slim"), stage_chain(df, "spark")
+    assert (
+        "--package inlet-services" in slim
+        and "--extra" not in slim
+        and "openjdk" not in text.split("AS slim")[1]
+    )
+    assert "openjdk-17-jre-headless" in df.stages["spark"] and "--extra spark" in spark
+    assert "--all-packages" not in text and "--extra stack" not in text and "--all-extras" not in text
+
+
+def test_every_manifest_names_a_parametrised_image() -> None:
+    """The images are kustomize parameters (`images:`): every container names one of them, with its
+    tag; the writer (--engine spark) runs the spark image, every other service the slim one; compose
+    builds each from its target."""
+    k = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    params = {i["name"]: i for i in k["images"]}
+    for i in params.values():
+        assert i.get("newName") and i.get("newTag"), (
+            f"kustomization.yaml: set newName and newTag of {i['name']}"
+        )
+    maps = {d["metadata"]["name"]: d.get("data", {}) for _p, d in k8s_docs() if d["kind"] == "ConfigMap"}
+    for path, doc in k8s_docs():
+        for c in (pod_spec(doc) or {}).get("containers", []):
+            name, _, tag = c["image"].partition(":")
+            assert name in params, (
+                f"{path.name}: {c['name']} runs {c['image']}, not an image of kustomization.yaml"
+            )
+            assert tag == params[name]["newTag"], f"{path.name}: {c['image']}"
+            engines = {v for ref in c.get("envFrom", []) for k2, v in maps[ref["configMapRef"]["name"]].items()
+                       if k2.endswith("_ENGINE")}  # fmt: skip
+            assert name == ("inlet-spark" if "spark" in engines else "inlet"), f"{path.name}: {c['name']}"
+    targets = {"inlet": "slim", "inlet-spark": "spark"}
+    for svc_name, svc in interpolate(compose())["services"].items():
+        if "build" not in svc:
+            continue
+        name, _, tag = svc["image"].partition(":")
+        assert name in params and tag == params[name]["newTag"], svc_name
+        assert (
+            svc["build"]["target"] == targets[name] and targets[name] in parse_dockerfile(DOCKERFILE).stages
+        )
+        spark = "--engine" in svc.get("command", []) and _flag(svc["command"], "--engine") == "spark"
+        assert (name == "inlet-spark") == spark, f"docker-compose.yml: {svc_name} runs {svc['image']}"
 
 
 # ------------------------------------------------------------------------------ coordinator TLS health
