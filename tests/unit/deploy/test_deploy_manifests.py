@@ -184,7 +184,17 @@ def dockerfile_command_lines() -> Iterator[CommandLine]:
     assert df.entrypoint == ["inlet"], (
         f'deploy/Dockerfile: ENTRYPOINT should be ["inlet"], is {df.entrypoint}'
     )
-    yield CommandLine("deploy/Dockerfile:CMD", tuple(df.cmd or ()), tuple(df.env))
+    # the variables the images' processes get: ENV of the runtime stages (not of the build stages)
+    runtime_env = [
+        word.partition("=")[0]
+        for stage, text in df.stages.items()
+        if not stage.startswith("build")
+        for line in text.splitlines()
+        if line.startswith("ENV ")
+        for word in shlex.split(line[4:])
+    ]
+    assert runtime_env, "deploy/Dockerfile: no ENV in the runtime stages"
+    yield CommandLine("deploy/Dockerfile:CMD", tuple(df.cmd or ()), tuple(runtime_env))
 
 
 def k8s_env_sources() -> dict[tuple[str, str], list[str]]:
@@ -310,6 +320,34 @@ def test_inlet_variables_are_read_by_their_command(line: CommandLine) -> None:
     assert not unknown, (
         f"{line.origin}: `inlet {' '.join(line.argv[:2])}` reads none of {unknown}; it reads {sorted(known)}"
     )
+
+
+# variables an Inlet process reads through the libraries it runs, not through its own settings
+THIRD_PARTY_VARIABLES = {
+    "AWS_EC2_METADATA_DISABLED": "the AWS SDK inside pyarrow (no instance-metadata lookups off EC2)",
+    "JAVA_HOME": "PySpark starts its JVM from it",
+    "PYSPARK_PYTHON": "PySpark's Python workers",
+    "SPARK_LOCAL_DIRS": "Spark's scratch space",
+    "PYTHONUNBUFFERED": "Python",
+    "PATH": "the shell",
+}
+
+
+def s3_variables() -> set[str]:
+    """The variables inlet.core.s3 reads (S3 settings of every process that opens s3:// tables)."""
+    from inlet.core.s3 import S3Config
+
+    keys = [v for v in vars(S3Config).values() if hasattr(v, "key") and hasattr(v, "alternatives")]
+    assert len(keys) >= 5
+    return {name for k in keys for name in (k.key, *k.alternatives)}
+
+
+@pytest.mark.parametrize("line", command_params())
+def test_other_variables_are_read_by_the_process(line: CommandLine) -> None:
+    """Every variable that is not an INLET_* setting is one Inlet's S3 settings or a library it runs read."""
+    known = s3_variables() | set(THIRD_PARTY_VARIABLES)
+    unknown = sorted(n for n in line.env if not n.startswith("INLET_") and n not in known)
+    assert not unknown, f"{line.origin}: nothing in `inlet {' '.join(line.argv[:2])}` reads {unknown}"
 
 
 def test_every_inlet_service_is_covered() -> None:
