@@ -293,3 +293,21 @@ def test_tokens_file_is_reloaded_when_it_changes(
     _write_tokens(tokens_file, {"admin": ADMIN})
     _eventually(lambda: not _accepted(secure.address, ca, added), "the fixed file is loaded")
     assert auth.source.last_error is None
+
+    # a mounted Kubernetes Secret: tokens.json -> ..data/tokens.json, and an update swaps the ..data link
+    def secret_version(name: str, tokens: dict[str, str]) -> None:
+        version = tokens_file.parent / name
+        version.mkdir()
+        _write_tokens(version / "tokens.json", tokens)
+        link = tokens_file.parent / "..data_tmp"
+        link.symlink_to(name)
+        os.replace(link, tokens_file.parent / "..data")
+
+    secret_version("..v1", {"admin": ADMIN})
+    staged = tokens_file.with_name("tokens.json.link")
+    staged.symlink_to("..data/tokens.json")
+    os.replace(staged, tokens_file)
+    secret_version("..v2", {"admin": ADMIN, "rotated": "rotated-token-0123456789"})
+    _eventually(
+        lambda: _accepted(secure.address, ca, "rotated-token-0123456789"), "the swapped Secret is loaded"
+    )
