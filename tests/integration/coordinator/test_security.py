@@ -228,3 +228,86 @@ def test_a_token_is_never_sent_in_plaintext_off_this_host() -> None:
     for target, tls in (("coordinator.example:50551", True), ("127.0.0.1:50551", False), ("[::1]:1", False)):
         CoordinatorClient(target, token="secret-token", tls=tls).close()
     CoordinatorClient("10.0.0.2:50551").close()  # no token: nothing to leak
+
+
+def _write_tokens(path: Path, tokens: dict[str, str] | str) -> None:
+    """Replace the tokens file the way Kubernetes updates a mounted Secret: a new file renamed over it."""
+    text = (
+        tokens
+        if isinstance(tokens, str)
+        else json.dumps({"tokens": [{"name": n, "token": t, "tables": ["*"]} for n, t in tokens.items()]})
+    )
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _accepted(address: str, ca: bytes, token: str) -> bool:
+    with CoordinatorClient(address, root_certificates=ca, token=token, retries=0) as c:
+        try:
+            c.describe_table("sales.orders")
+            return True
+        except CoordinatorCallError as e:
+            assert e.code == grpc.StatusCode.UNAUTHENTICATED, e
+            return False
+
+
+def _eventually(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
+        time.sleep(0.05)
+
+
+def test_tokens_file_is_reloaded_when_it_changes(
+    secure: RunningServer, tls_files: tuple[Path, Path], tokens_file: Path, lake: Path
+) -> None:
+    """Tokens added to the file are accepted and removed ones refused, without restarting the
+    coordinator; a malformed file keeps the tokens in force."""
+    ca = tls_files[0].read_bytes()
+    HudiTable.create(str(lake / "orders"), name="orders", record_key="id")
+    with CoordinatorClient(secure.address, root_certificates=ca, token=ADMIN, retries=0) as admin:
+        admin.register_table("sales.orders", str(lake / "orders"))
+    added = "added-token-0123456789"
+    assert not _accepted(secure.address, ca, added)
+
+    _write_tokens(tokens_file, {"admin": ADMIN, "added": added})  # sales removed, added added
+    _eventually(lambda: _accepted(secure.address, ca, added), "the added token is accepted")
+    assert not _accepted(secure.address, ca, SALES), "a token removed from the file is still accepted"
+    assert _accepted(secure.address, ca, ADMIN)
+
+    # a broken file (a half-written edit) is reported and ignored: the tokens in force stay
+    auth = secure.auth
+    assert auth is not None
+    _write_tokens(tokens_file, '{"tokens": [')
+    # (the file is checked on calls)
+    _eventually(
+        lambda: _accepted(secure.address, ca, added) and auth.source.last_error is not None,
+        "the malformed file is noticed",
+    )
+    assert "tokens.json" in str(auth.source.last_error)
+    assert _accepted(secure.address, ca, added) and not _accepted(secure.address, ca, SALES)
+    # ... until it is fixed
+    _write_tokens(tokens_file, {"admin": ADMIN})
+    _eventually(lambda: not _accepted(secure.address, ca, added), "the fixed file is loaded")
+    assert auth.source.last_error is None
+
+    # a mounted Kubernetes Secret: tokens.json -> ..data/tokens.json, and an update swaps the ..data link
+    def secret_version(name: str, tokens: dict[str, str]) -> None:
+        version = tokens_file.parent / name
+        version.mkdir()
+        _write_tokens(version / "tokens.json", tokens)
+        link = tokens_file.parent / "..data_tmp"
+        link.symlink_to(name)
+        os.replace(link, tokens_file.parent / "..data")
+
+    secret_version("..v1", {"admin": ADMIN})
+    staged = tokens_file.with_name("tokens.json.link")
+    staged.symlink_to("..data/tokens.json")
+    os.replace(staged, tokens_file)
+    secret_version("..v2", {"admin": ADMIN, "rotated": "rotated-token-0123456789"})
+    _eventually(
+        lambda: _accepted(secure.address, ca, "rotated-token-0123456789"), "the swapped Secret is loaded"
+    )

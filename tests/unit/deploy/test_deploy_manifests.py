@@ -49,7 +49,7 @@ SCRIPTS = DEPLOY / "scripts"
 # the oldest Kubernetes minor the manifests must be valid for (kubernetes-validate picks the newest
 # schema set not newer than this)
 K8S_VERSION = "1.30.0"
-INLET_IMAGE = re.compile(r"^(?:.*/)?inlet(?::|@|$)")
+INLET_IMAGE = re.compile(r"^(?:.*/)?inlet(?:-spark)?(?::|@|$)")
 ENV_IN_HELP = re.compile(r"\[env: (INLET_[A-Z0-9_]+)\]")
 
 
@@ -110,7 +110,8 @@ def pod_spec(doc: dict[str, Any]) -> dict[str, Any] | None:
 @dataclass
 class Dockerfile:
     args: dict[str, str] = field(default_factory=dict)
-    from_images: list[str] = field(default_factory=list)
+    from_images: list[str] = field(default_factory=list)  # external images (not earlier stages)
+    stages: dict[str, str] = field(default_factory=dict)  # stage name -> its instructions' text
     env: dict[str, str] = field(default_factory=dict)
     entrypoint: list[str] | None = None
     cmd: list[str] | None = None
@@ -120,21 +121,28 @@ def parse_dockerfile(path: Path) -> Dockerfile:
     """The few instructions the checks need (ARG defaults, FROM, ENV, ENTRYPOINT, CMD)."""
     text = re.sub(r"\\\n", " ", path.read_text())
     out = Dockerfile()
+    current = ""
     for raw in text.splitlines():
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         instr, _, rest = line.partition(" ")
         instr, rest = instr.upper(), rest.strip()
+        if out.stages and instr != "FROM":
+            out.stages[current] += line + "\n"
         if instr == "ARG" and "=" in rest:
             k, _, v = rest.partition("=")
             out.args.setdefault(k.strip(), v.strip().strip('"'))
         elif instr == "FROM":
-            image = next(w for w in rest.split() if not w.startswith("--"))
+            words = [w for w in rest.split() if not w.startswith("--")]
             image = re.sub(
-                r"\$\{(\w+)\}|\$(\w+)", lambda m: out.args.get(m.group(1) or m.group(2), ""), image
+                r"\$\{(\w+)\}|\$(\w+)", lambda m: out.args.get(m.group(1) or m.group(2), ""), words[0]
             )
-            out.from_images.append(image)
+            if image not in out.stages:
+                out.from_images.append(image)
+            stage = words[2] if len(words) >= 3 and words[1].upper() == "AS" else f"#{len(out.stages)}"
+            out.stages[stage] = ""
+            current = stage
         elif instr == "ENV":
             for word in shlex.split(rest):
                 k, _, v = word.partition("=")
@@ -176,7 +184,17 @@ def dockerfile_command_lines() -> Iterator[CommandLine]:
     assert df.entrypoint == ["inlet"], (
         f'deploy/Dockerfile: ENTRYPOINT should be ["inlet"], is {df.entrypoint}'
     )
-    yield CommandLine("deploy/Dockerfile:CMD", tuple(df.cmd or ()), tuple(df.env))
+    # the variables the images' processes get: ENV of the runtime stages (not of the build stages)
+    runtime_env = [
+        word.partition("=")[0]
+        for stage, text in df.stages.items()
+        if not stage.startswith("build")
+        for line in text.splitlines()
+        if line.startswith("ENV ")
+        for word in shlex.split(line[4:])
+    ]
+    assert runtime_env, "deploy/Dockerfile: no ENV in the runtime stages"
+    yield CommandLine("deploy/Dockerfile:CMD", tuple(df.cmd or ()), tuple(runtime_env))
 
 
 def k8s_env_sources() -> dict[tuple[str, str], list[str]]:
@@ -200,10 +218,11 @@ def k8s_command_lines() -> Iterator[CommandLine]:
                 continue
             names = [e["name"] for e in c.get("env", [])]
             for ref in c.get("envFrom", []):
-                kind, key = (
-                    ("ConfigMap", "configMapRef") if "configMapRef" in ref else ("Secret", "secretRef")
+                # a Secret's keys are the user's (not in deploy/k8s): name each variable (env valueFrom)
+                assert "configMapRef" in ref, (
+                    f"{path.name}: {c['name']}: envFrom a Secret hides its variables"
                 )
-                src = (kind, ref[key]["name"])
+                src = ("ConfigMap", ref["configMapRef"]["name"])
                 assert src in sources, f"{path.name}: {c['name']} takes envFrom {src}, which deploy/k8s lacks"
                 prefix = ref.get("prefix", "")
                 names += [prefix + k for k in sources[src]]
@@ -251,6 +270,14 @@ def command_missing(argv: tuple[str, ...]) -> bool:
 # runs one of them is skipped, not failed, on a tree that does not have it yet. Any other unknown
 # command (a typo) fails.
 IN_PROGRESS = {("cdc", "run"), ("writer", "run")}
+# every long-running Inlet service, each deployed by compose and by the Kubernetes manifests
+SERVICE_COMMANDS = (
+    ("coordinator", "serve"),
+    ("cdc", "run"),
+    ("writer", "run"),
+    ("table-services", "run"),
+    ("catalog", "run"),
+)
 
 
 def command_params() -> list[Any]:
@@ -295,15 +322,51 @@ def test_inlet_variables_are_read_by_their_command(line: CommandLine) -> None:
     )
 
 
+# variables an Inlet process reads through the libraries it runs, not through its own settings
+THIRD_PARTY_VARIABLES = {
+    "AWS_EC2_METADATA_DISABLED": "the AWS SDK inside pyarrow (no instance-metadata lookups off EC2)",
+    "JAVA_HOME": "PySpark starts its JVM from it",
+    "PYSPARK_PYTHON": "PySpark's Python workers",
+    "SPARK_LOCAL_DIRS": "Spark's scratch space",
+    "PYTHONUNBUFFERED": "Python",
+    "PATH": "the shell",
+}
+
+
+def s3_variables() -> set[str]:
+    """The variables inlet.core.s3 reads (S3 settings of every process that opens s3:// tables)."""
+    from inlet.core.s3 import S3Config
+
+    keys = [v for v in vars(S3Config).values() if hasattr(v, "key") and hasattr(v, "alternatives")]
+    assert len(keys) >= 5
+    return {name for k in keys for name in (k.key, *k.alternatives)}
+
+
+@pytest.mark.parametrize("line", command_params())
+def test_other_variables_are_read_by_the_process(line: CommandLine) -> None:
+    """Every variable that is not an INLET_* setting is one Inlet's S3 settings or a library it runs read."""
+    known = s3_variables() | set(THIRD_PARTY_VARIABLES)
+    unknown = sorted(n for n in line.env if not n.startswith("INLET_") and n not in known)
+    assert not unknown, f"{line.origin}: nothing in `inlet {' '.join(line.argv[:2])}` reads {unknown}"
+
+
 def test_every_inlet_service_is_covered() -> None:
     lines = all_command_lines()
     commands = {tuple(w for w in cl.argv if not w.startswith("-"))[:2] for cl in lines}
-    for expected in (("coordinator", "serve"), ("cdc", "run"), ("writer", "run")):
+    for expected in SERVICE_COMMANDS:
         assert expected in commands, f"no compose or k8s service runs `inlet {' '.join(expected)}`"
     origins = {cl.origin.split(":")[0] for cl in lines}
     assert origins >= {"docker-compose.yml", "deploy/Dockerfile"} and any(
         o.startswith("deploy/k8s/") for o in origins
     )
+    # compose and Kubernetes each run every service (the tables are maintained and catalogued in both)
+    for where, found in (
+        ("docker-compose.yml", compose_command_lines()),
+        ("deploy/k8s", k8s_command_lines()),
+    ):
+        runs = {cl.argv[:2] for cl in found}
+        missing = [" ".join(c) for c in SERVICE_COMMANDS if c not in runs]
+        assert not missing, f"{where} runs no `inlet {'`, `inlet '.join(missing)}`"
 
 
 # ------------------------------------------------------------------------------ compose
@@ -416,6 +479,20 @@ def test_connector_config_and_cdc_consumer_agree() -> None:
     init_sql = (DEPLOY / "postgres" / "initdb" / "01-inlet.sql").read_text()
     table = re.search(r"INSERT INTO ([\w.]+)", cfg["heartbeat.action.query"]).group(1)  # type: ignore[union-attr]
     assert f"CREATE TABLE IF NOT EXISTS {table}" in init_sql
+    # Debezium and the CDC consumer connect as the least-privilege role of deploy/sql/replication-role.sql
+    # (made by the compose initdb script, with the publication the connector then uses as it is), not as
+    # the superuser POSTGRES_USER
+    pg = interpolate(compose())["services"]["postgres"]
+    assert cfg["database.user"] != pg["environment"]["POSTGRES_USER"]
+    role_script = (DEPLOY / "postgres" / "initdb" / "02-replication-role.sh").read_text()
+    assert "/inlet-sql/replication-role.sql" in role_script and "./deploy/sql:/inlet-sql:ro" in pg["volumes"]
+    assert f"role={cfg['database.user']}" in role_script
+    assert f"publication={cfg['publication.name']}" in role_script
+    assert cfg["publication.autocreate.mode"] == "disabled"  # the role may not create nor alter it
+    cdc_url = interpolate(compose())["services"]["cdc-consumer"]["environment"]["INLET_CDC_DATABASE_URL"]
+    assert cdc_url.startswith(f"postgresql://{cfg['database.user']}:")
+    props = (DEPLOY / "connect" / "postgres.properties").read_text()
+    assert f"password={pg['environment']['REPLICATION_PASSWORD']}" in props.splitlines()
     # the coordinator's database exists
     coord_url = compose()["services"]["coordinator"]["environment"]["INLET_COORDINATOR_DATABASE_URL"]
     assert f"CREATE DATABASE {coord_url.rsplit('/', 1)[1]}" in init_sql
@@ -432,14 +509,37 @@ def test_compose_services_agree_with_each_other() -> None:
     assert _flag(writer["command"], "--lake-root") == _flag(coord["command"], "--lake-root")
     host, port = _flag(writer["command"], "--coordinator").rsplit(":", 1)
     assert host == "coordinator" and port == _flag(coord["command"], "--listen").rsplit(":", 1)[1]
-    # ... with the token that init-secrets.sh puts in the coordinator's tokens file
-    token = writer["environment"]["INLET_WRITER_COORDINATOR_TOKEN"]
-    assert token == services["inlet-secrets"]["environment"]["WRITER_TOKEN"] and len(token) >= 8
+    # ... with the token file that init-secrets.sh writes beside the coordinator's tokens file
+    secrets_volume = "inlet-secrets:/var/lib/inlet/secrets:ro"
+    assert (
+        writer["environment"]["INLET_WRITER_COORDINATOR_TOKEN_FILE"] == "/var/lib/inlet/secrets/writer.token"
+    )
+    assert (
+        secrets_volume in writer["volumes"] and "INLET_WRITER_COORDINATOR_TOKEN" not in writer["environment"]
+    )
+    # the table services commit through the same coordinator, with the token init-secrets.sh makes
+    ts = services["table-services"]
+    assert _flag(ts["command"], "--coordinator") == _flag(writer["command"], "--coordinator")
+    ts_token = ts["environment"]["INLET_TABLE_SERVICES_COORDINATOR_TOKEN_FILE"]
+    assert ts_token == "/var/lib/inlet/secrets/table-services.token" and secrets_volume in ts["volumes"]
+    assert ts["environment"]["INLET_TABLE_SERVICES_COORDINATOR_CA"].startswith("/var/lib/inlet/secrets/")
+    assert "coordinator" in ts["depends_on"]
+    # catalog sync talks to the compose metastore, on the port it serves
+    catalog, hms = services["catalog-sync"], services["hive-metastore"]
+    host, hms_port = _flag(catalog["command"], "--metastore").removeprefix("thrift://").rsplit(":", 1)
+    assert host == "hive-metastore" and f"/{hms_port}" in " ".join(hms["healthcheck"]["test"])
+    assert "hive-metastore" in catalog["depends_on"]
+    # every service that follows Kafka uses the same bootstrap servers
+    bootstrap = _flag(coord["command"], "--kafka-bootstrap")
+    for name in ("cdc-consumer", "writer", "table-services", "catalog-sync"):
+        assert _flag(services[name]["command"], "--bootstrap") == bootstrap, name
     # the health checks probe the ports the services listen on
     assert _flag(coord["healthcheck"]["test"], "--address").endswith(":" + port)
-    for name in ("cdc-consumer", "writer"):
+    for name in ("cdc-consumer", "writer", "table-services", "catalog-sync"):
         listen_port = _flag(services[name]["command"], "--metrics-listen").rsplit(":", 1)[1]
         assert f"127.0.0.1:{listen_port}/healthz" in " ".join(services[name]["healthcheck"]["test"])
+        published = [p.rsplit(":", 1)[1] for p in services[name]["ports"]]
+        assert published == [listen_port], f"{name} publishes {published}, serves {listen_port}"
 
 
 def test_k8s_services_agree_with_each_other() -> None:
@@ -452,11 +552,67 @@ def test_k8s_services_agree_with_each_other() -> None:
     host, port = writer["INLET_WRITER_COORDINATOR"].rsplit(":", 1)
     assert host == service["metadata"]["name"] and int(port) == service["spec"]["ports"][0]["port"]
     assert coord["INLET_COORDINATOR_LISTEN"].endswith(":" + port)
-    secrets = {
-        d["metadata"]["name"]: d.get("stringData", {}) for _p, d in k8s_docs() if d["kind"] == "Secret"
+    # the writer and the table services commit through the same coordinator, trusting its CA, each
+    # with a token of its own read from a file mounted from its Secret
+    ts = maps["inlet-table-services"]
+    assert ts["INLET_TABLE_SERVICES_COORDINATOR"] == writer["INLET_WRITER_COORDINATOR"]
+    assert ts["INLET_TABLE_SERVICES_COORDINATOR_CA"] == writer["INLET_WRITER_COORDINATOR_CA"]
+    token_secrets = {
+        name: mounted_secret(deployment(name), maps[name][f"{prefix}COORDINATOR_TOKEN_FILE"])
+        for name, prefix in (
+            ("inlet-writer", "INLET_WRITER_"),
+            ("inlet-table-services", "INLET_TABLE_SERVICES_"),
+        )
     }
-    tokens = json.loads(secrets["inlet-coordinator-tokens"]["tokens.json"])["tokens"]
-    assert secrets["inlet-writer"]["INLET_WRITER_COORDINATOR_TOKEN"] in {t["token"] for t in tokens}
+    assert len(set(token_secrets.values())) == 2, token_secrets
+    for name, prefix in (
+        ("inlet-writer", "INLET_WRITER_"),
+        ("inlet-table-services", "INLET_TABLE_SERVICES_"),
+    ):
+        assert mounted_secret(deployment(name), maps[name][f"{prefix}COORDINATOR_CA"]) == (
+            "inlet-coordinator-tls",
+            "ca.crt",
+        )
+    # the coordinator's tokens file is a whole mounted Secret (no subPath: updates reach the pod)
+    assert mounted_secret(deployment("inlet-coordinator"), coord["INLET_COORDINATOR_TOKENS"]) == (
+        "inlet-coordinator-tokens",
+        "tokens.json",
+    )
+    # every service that follows Kafka uses the coordinator's brokers
+    bootstrap = coord["INLET_COORDINATOR_KAFKA_BOOTSTRAP"]
+    for name, key in (
+        ("inlet-cdc-consumer", "INLET_CDC_BOOTSTRAP"),
+        ("inlet-writer", "INLET_WRITER_BOOTSTRAP"),
+        ("inlet-table-services", "INLET_TABLE_SERVICES_BOOTSTRAP"),
+        ("inlet-catalog-sync", "INLET_CATALOG_BOOTSTRAP"),
+    ):
+        assert maps[name][key] == bootstrap, name
+    assert maps["inlet-catalog-sync"]["INLET_CATALOG_METASTORE"].startswith("thrift://")
+
+
+def deployment(name: str) -> dict[str, Any]:
+    return next(d for _p, d in k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
+
+
+def mounted_secret(doc: dict[str, Any], path: str) -> tuple[str, str]:
+    """(Secret name, key) of the file ``path`` in the Deployment's container, from its volume mounts."""
+    spec = pod_spec(doc)
+    assert spec is not None
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    for c in spec["containers"]:
+        for m in c.get("volumeMounts", []):
+            prefix = m["mountPath"].rstrip("/") + "/"
+            if not path.startswith(prefix):
+                continue
+            assert "subPath" not in m, (
+                f"{doc['metadata']['name']}: {path} is mounted by subPath (never updated)"
+            )
+            secret = volumes[m["name"]].get("secret")
+            assert secret, f"{doc['metadata']['name']}: {path} is not in a Secret volume"
+            file = path[len(prefix) :]
+            items = {i["path"]: i["key"] for i in secret.get("items", [])}
+            return secret["secretName"], items.get(file, file) if items else file
+    raise AssertionError(f"{doc['metadata']['name']}: nothing mounts {path}")
 
 
 def test_writer_table_config_is_valid_and_the_same_everywhere() -> None:
@@ -501,7 +657,7 @@ def test_kustomization_lists_every_manifest() -> None:
     k = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     assert k["apiVersion"] == "kustomize.config.k8s.io/v1beta1" and k["kind"] == "Kustomization"
     assert sorted(k["resources"]) == sorted(p.name for p in k8s_files())
-    assert {i["name"] for i in k.get("images", [])} == {"inlet"}
+    assert {i["name"] for i in k.get("images", [])} == {"inlet", "inlet-spark"}
 
 
 def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
@@ -512,6 +668,8 @@ def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
         "inlet-coordinator",
         "inlet-cdc-consumer",
         "inlet-writer",
+        "inlet-table-services",
+        "inlet-catalog-sync",
     }
     for path, doc in workloads:
         spec = pod_spec(doc)
@@ -545,6 +703,223 @@ def test_k8s_workloads_have_probes_resources_and_scrape_annotations() -> None:
                     svc["spec"]["selector"].items() <= doc["spec"]["template"]["metadata"]["labels"].items()
                 )
                 assert svc["spec"]["ports"][0]["targetPort"] == "grpc"
+
+
+def k8s_container_env(container: dict[str, Any]) -> dict[str, str]:
+    """The values a container's ``env``/``envFrom`` give it from the ConfigMaps in deploy/k8s (Secrets'
+    values are the user's: left out)."""
+    maps = {d["metadata"]["name"]: d.get("data", {}) for _p, d in k8s_docs() if d["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for ref in container.get("envFrom", []):
+        if "configMapRef" in ref:
+            env.update({ref.get("prefix", "") + k: v for k, v in maps[ref["configMapRef"]["name"]].items()})
+    env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+    return env
+
+
+def http_probed_containers() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path, doc in k8s_docs():
+        for c in (pod_spec(doc) or {}).get("containers", []):
+            if any("httpGet" in c.get(p, {}) for p in PROBES):
+                out.append((f"{path.name}:{c['name']}", c))
+    return out
+
+
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+def metrics_listen_port(container: dict[str, Any]) -> int:
+    """The port the container's Inlet process serves /metrics and its health paths on."""
+    listen = [v for k, v in k8s_container_env(container).items() if k.endswith("_METRICS_LISTEN")]
+    assert len(listen) == 1, f"{container['name']}: set the service's *_METRICS_LISTEN once, found {listen}"
+    return int(listen[0].rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize(
+    "where,container", http_probed_containers(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_k8s_http_probes_target_the_port_the_service_listens_on(
+    where: str, container: dict[str, Any]
+) -> None:
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    serves = metrics_listen_port(container)
+    for probe in PROBES:
+        target = container[probe]["httpGet"]["port"]
+        number = ports[target] if isinstance(target, str) else target
+        assert number == serves, f"{where}: {probe} probes port {number}; the service listens on {serves}"
+
+
+# services whose real process serves its HTTP endpoint here in a second without Kafka (the writer
+# starts Spark first; the cdc consumer announces itself once Kafka answers)
+LIGHT_SERVICES = {("table-services", "run"), ("catalog", "run")}
+
+
+@pytest.mark.parametrize(
+    "where,container",
+    [(w, c) for w, c in http_probed_containers() if tuple(c["args"][:2]) in LIGHT_SERVICES],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_k8s_http_probe_paths_are_served_by_the_real_service(
+    where: str, container: dict[str, Any], tmp_path: Path
+) -> None:
+    """The container's command, with its ConfigMap's settings, started for real: every path its probes
+    ask for is answered (200 or 503 while Kafka, here unreachable, is missing), none is a 404."""
+    import select
+    import time
+    import urllib.error
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INLET_", "AWS_"))}
+    for k, v in k8s_container_env(container).items():
+        if k.endswith(("_BOOTSTRAP", "_COORDINATOR")):
+            v = "127.0.0.1:9"  # nothing listens: the service runs (and reports) without it
+        elif k.endswith("_METRICS_LISTEN"):
+            v = "127.0.0.1:0"
+        elif k.endswith("_METASTORE"):
+            v = "thrift://127.0.0.1:9"
+        elif k.endswith(("_CA", "_TOKEN", "_TOKEN_FILE", "_DATABASE_URL")) or v.startswith("/etc/"):
+            continue  # files and secrets of the pod
+        env[k] = v
+    inlet = Path(sys.executable).with_name("inlet")
+    log = tmp_path / "stderr.log"  # a file: librdkafka's retries would fill a pipe
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [str(inlet), *container["args"]],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while not line and time.monotonic() < deadline and proc.poll() is None:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line, (
+            f"{where}: `inlet {' '.join(container['args'])}` did not start: {log.read_text()[-2000:]}"
+        )
+        address = json.loads(line)["metrics"]
+        for probe in PROBES:
+            path = container[probe]["httpGet"]["path"]
+            try:
+                with urllib.request.urlopen(f"http://{address}{path}", timeout=10) as reply:
+                    status = reply.status
+            except urllib.error.HTTPError as e:
+                status = e.code
+            assert status in (200, 503), f"{where}: {probe} asks for {path}; the service answers {status}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ------------------------------------------------------------------------------ Kubernetes secrets
+
+DOCS = ROOT / "docs" / "deployment.md"
+# what a value someone forgot to replace looks like
+PLACEHOLDER = re.compile(r"change[-_ ]?me|placeholder|replace[-_ ]?me|todo|xxx|<[^>]*>|\.\.\.|^$", re.I)
+
+
+def kustomized(kustomization: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The documents a kustomization's resources hold (following nested kustomizations) and its
+    secretGenerator entries."""
+    k = yaml.safe_load(kustomization.read_text())
+    docs: list[dict[str, Any]] = []
+    generators: list[dict[str, Any]] = list(k.get("secretGenerator") or [])
+    for entry in [*(k.get("resources") or []), *(k.get("components") or [])]:
+        target = kustomization.parent / entry
+        if target.is_dir():
+            inner_docs, inner_generators = kustomized(target / "kustomization.yaml")
+            docs += inner_docs
+            generators += inner_generators
+        else:
+            docs += load_yaml_docs(target)
+    return docs, generators
+
+
+def placeholder_secrets(docs: list[dict[str, Any]], generators: list[dict[str, Any]]) -> list[str]:
+    """Secrets (and generated ones) holding a value that looks like a placeholder."""
+    import base64
+
+    found = []
+    for d in docs:
+        if d.get("kind") != "Secret":
+            continue
+        values = {**(d.get("stringData") or {})}
+        values.update(
+            {k: base64.b64decode(v).decode(errors="replace") for k, v in (d.get("data") or {}).items()}
+        )
+        found += [
+            f"Secret {d['metadata']['name']}: {k}" for k, v in values.items() if PLACEHOLDER.search(str(v))
+        ]
+    for g in generators:
+        for literal in g.get("literals") or []:
+            k, _, v = literal.partition("=")
+            if PLACEHOLDER.search(v):
+                found.append(f"secretGenerator {g.get('name')}: {k}")
+    return found
+
+
+def test_kubectl_apply_k_deploys_no_placeholder_secret() -> None:
+    docs, generators = kustomized(K8S / "kustomization.yaml")
+    assert {d["kind"] for d in docs} >= {"Deployment", "ConfigMap"}
+    assert not placeholder_secrets(docs, generators), placeholder_secrets(docs, generators)
+    # the check finds what the old secrets.yaml shipped
+    old = [{"kind": "Secret", "metadata": {"name": "w"}, "stringData": {"T": "CHANGE-ME-writer-token"}}]
+    assert placeholder_secrets(old, []) == ["Secret w: T"]
+    assert placeholder_secrets([], [{"name": "g", "literals": ["URL=postgresql://u:<password>@db/app"]}])
+
+
+def documented_secrets() -> dict[str, set[str]]:
+    """Secret name -> keys, from the `kubectl ... create secret generic NAME --from-...=KEY=...` lines
+    of docs/deployment.md."""
+    text = re.sub(r"\\\n\s*", " ", DOCS.read_text())
+    out: dict[str, set[str]] = {}
+    for m in re.finditer(r"kubectl (?:-n \S+ )?create secret generic (\S+)([^\n]*)", text):
+        keys = set(re.findall(r"--from-(?:literal|file)=([A-Za-z0-9_.-]+)=", m.group(2)))
+        out.setdefault(m.group(1), set()).update(keys)
+    return out
+
+
+def referenced_secrets() -> dict[tuple[str, str], str]:
+    """(Secret name, key) -> where, for every Secret a workload under deploy/k8s names."""
+    refs: dict[tuple[str, str], str] = {}
+    for path, doc in k8s_docs():
+        spec = pod_spec(doc)
+        if spec is None:
+            continue
+        where = f"{path.name}:{doc['metadata']['name']}"
+        for c in spec["containers"]:
+            for e in c.get("env", []):
+                ref = (e.get("valueFrom") or {}).get("secretKeyRef")
+                if ref:
+                    refs[(ref["name"], ref["key"])] = f"{where} env {e['name']}"
+        for v in spec.get("volumes", []):
+            if "secret" in v:
+                items = v["secret"].get("items")
+                assert items, f"{where}: volume {v['name']} should list the Secret's keys it mounts"
+                for i in items:
+                    refs[(v["secret"]["secretName"], i["key"])] = f"{where} volume {v['name']}"
+    return refs
+
+
+def test_every_secret_the_manifests_name_is_created_by_the_documented_commands() -> None:
+    documented = documented_secrets()
+    refs = referenced_secrets()
+    assert len(refs) >= 8
+    missing = [
+        f"{w}: Secret {n} key {k}" for (n, k), w in sorted(refs.items()) if k not in documented.get(n, set())
+    ]
+    assert not missing, "docs/deployment.md does not create:\n" + "\n".join(missing)
+    unused = sorted(set(documented) - {n for n, _k in refs})
+    assert not unused, f"docs/deployment.md creates Secrets no manifest uses: {unused}"
 
 
 # ------------------------------------------------------------------------------ images
@@ -582,9 +957,8 @@ def test_every_image_is_pinned() -> None:
 def test_dockerfile_shape() -> None:
     df = parse_dockerfile(DOCKERFILE)
     text = DOCKERFILE.read_text()
-    assert len(df.from_images) >= 2, "multi-stage: a build stage and a runtime stage"
+    assert len(df.stages) >= 2, "multi-stage: build stages and runtime stages"
     assert "uv sync --locked" in text and "--no-dev" in text
-    assert "openjdk-17-jre-headless" in text  # Spark needs Java 17
     user = re.findall(r"^USER\s+(\S+)", text, flags=re.M)
     assert user and user[-1].split(":")[0] not in ("root", "0"), "the runtime stage runs as a non-root user"
     # what the compose file and manifests expect inside the image
@@ -592,6 +966,65 @@ def test_dockerfile_shape() -> None:
         assert path in text
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
     assert "*" in ignore and "!uv.lock" in ignore
+
+
+def stage_chain(df: Dockerfile, stage: str) -> str:
+    """The instructions of ``stage`` and of the stages it is built FROM and COPYs --from."""
+    text = df.stages[stage]
+    for parent in re.findall(r"COPY --from=(\S+)", text):
+        if parent in df.stages:
+            text += stage_chain(df, parent)
+    return text
+
+
+def test_service_images_carry_only_what_they_run() -> None:
+    """slim: inlet-services alone, no Java, no PySpark; spark: [spark] and Java 17; neither the
+    embedded stack ([stack], or the whole workspace, whose root asks for it)."""
+    df = parse_dockerfile(DOCKERFILE)
+    text = DOCKERFILE.read_text()
+    assert list(df.stages)[-1] == "slim", "slim is the default target (the last stage)"
+    slim, spark = stage_chain(df, "slim"), stage_chain(df, "spark")
+    assert (
+        "--package inlet-services" in slim
+        and "--extra" not in slim
+        and "openjdk" not in text.split("AS slim")[1]
+    )
+    assert "openjdk-17-jre-headless" in df.stages["spark"] and "--extra spark" in spark
+    assert "--all-packages" not in text and "--extra stack" not in text and "--all-extras" not in text
+
+
+def test_every_manifest_names_a_parametrised_image() -> None:
+    """The images are kustomize parameters (`images:`): every container names one of them, with its
+    tag; the writer (--engine spark) runs the spark image, every other service the slim one; compose
+    builds each from its target."""
+    k = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    params = {i["name"]: i for i in k["images"]}
+    for i in params.values():
+        assert i.get("newName") and i.get("newTag"), (
+            f"kustomization.yaml: set newName and newTag of {i['name']}"
+        )
+    maps = {d["metadata"]["name"]: d.get("data", {}) for _p, d in k8s_docs() if d["kind"] == "ConfigMap"}
+    for path, doc in k8s_docs():
+        for c in (pod_spec(doc) or {}).get("containers", []):
+            name, _, tag = c["image"].partition(":")
+            assert name in params, (
+                f"{path.name}: {c['name']} runs {c['image']}, not an image of kustomization.yaml"
+            )
+            assert tag == params[name]["newTag"], f"{path.name}: {c['image']}"
+            engines = {v for ref in c.get("envFrom", []) for k2, v in maps[ref["configMapRef"]["name"]].items()
+                       if k2.endswith("_ENGINE")}  # fmt: skip
+            assert name == ("inlet-spark" if "spark" in engines else "inlet"), f"{path.name}: {c['name']}"
+    targets = {"inlet": "slim", "inlet-spark": "spark"}
+    for svc_name, svc in interpolate(compose())["services"].items():
+        if "build" not in svc:
+            continue
+        name, _, tag = svc["image"].partition(":")
+        assert name in params and tag == params[name]["newTag"], svc_name
+        assert (
+            svc["build"]["target"] == targets[name] and targets[name] in parse_dockerfile(DOCKERFILE).stages
+        )
+        spark = "--engine" in svc.get("command", []) and _flag(svc["command"], "--engine") == "spark"
+        assert (name == "inlet-spark") == spark, f"docker-compose.yml: {svc_name} runs {svc['image']}"
 
 
 # ------------------------------------------------------------------------------ coordinator TLS health
@@ -632,7 +1065,20 @@ def test_init_secrets_and_grpc_health_check_work_together(tmp_path: Path) -> Non
     # the tokens file is one the coordinator accepts
     from inlet.services.coordinator.auth import load_tokens
 
-    assert load_tokens(str(secrets / "tokens.json"))[0].secret == "test-writer-token-123"
+    accepted = {t.secret for t in load_tokens(str(secrets / "tokens.json"))}
+    assert "test-writer-token-123" in accepted
+    # every token file a compose client reads was written, and holds a token the coordinator accepts
+    from inlet.services.cli.commit import coordinator_token
+
+    services = compose()["services"]
+    token_files = [
+        v for svc in services.values() for k, v in (svc.get("environment") or {}).items()
+        if k.endswith("_COORDINATOR_TOKEN_FILE")
+    ]  # fmt: skip
+    assert len(token_files) == 2
+    for path in token_files:
+        local = str(secrets / path[len(mounted) :])
+        assert coordinator_token({"coordinator_token_file": local}) in accepted, path
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     servicer = health.HealthServicer()

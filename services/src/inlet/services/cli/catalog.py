@@ -208,8 +208,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from inlet.services.extras import require
     from inlet.services.stack.metastore import EmbeddedMetastore
     from inlet.services.stack.processes import StackError
+
+    require("spark", "inlet metastore serve")  # Hive Metastore from PySpark's jars
 
     s = _resolve(args, SERVE_SETTINGS, METASTORE_ENV)
     try:

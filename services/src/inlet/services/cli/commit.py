@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from inlet.core import HudiTable
 from inlet.core.commit.protocol import CommitProtocol
@@ -23,7 +23,16 @@ if TYPE_CHECKING:  # the gRPC client is imported only by commands that use it
 
 ENV_PREFIX = "INLET_"
 TOKEN_SETTING = Setting(
-    "coordinator_token", "--coordinator-token", "bearer token for the coordinator", metavar="TOKEN"
+    "coordinator_token",
+    "--coordinator-token",
+    "bearer token for the coordinator (visible in process listings: prefer --coordinator-token-file)",
+    metavar="TOKEN",
+)
+TOKEN_FILE_SETTING = Setting(
+    "coordinator_token_file",
+    "--coordinator-token-file",
+    "file holding the bearer token for the coordinator (e.g. a mounted Secret), read at start",
+    metavar="FILE",
 )
 CA_SETTING = Setting(
     "coordinator_ca",
@@ -52,6 +61,7 @@ SETTINGS = (
         metavar="ID",
     ),
     TOKEN_SETTING,
+    TOKEN_FILE_SETTING,
     CA_SETTING,
     COORDINATOR_TLS_SETTING,
 )
@@ -61,9 +71,31 @@ SETTINGS = (
 CONNECTION_SETTINGS = (
     Setting("coordinator", "--coordinator", "commit coordinator address", required=True, metavar="HOST:PORT"),
     TOKEN_SETTING,
+    TOKEN_FILE_SETTING,
     CA_SETTING,
     COORDINATOR_TLS_SETTING,
 )
+
+
+def coordinator_token(v: Mapping[str, Any]) -> str | None:
+    """The bearer token of resolved settings: ``--coordinator-token``, or the content of
+    ``--coordinator-token-file`` (surrounding whitespace stripped); a one-line error if both are
+    given or the file is unreadable or empty."""
+    token, path = v.get("coordinator_token"), v.get("coordinator_token_file")
+    if token and path:
+        raise UsageError("give --coordinator-token or --coordinator-token-file, not both")
+    if not path:
+        return token or None
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(
+            f"--coordinator-token-file: cannot read {path}: {getattr(e, 'strerror', e)}"
+        ) from None
+    if not text or "\n" in text:
+        raise UsageError(f"--coordinator-token-file: {path} should hold the token alone, on one line")
+    return text
 
 
 def read_ca(path: str | None) -> bytes | None:
@@ -111,7 +143,7 @@ def coordinator_session(
     from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
     with CoordinatorClient(
-        v["coordinator"], root_certificates=ca, token=v["coordinator_token"], tls=bool(v["coordinator_tls"])
+        v["coordinator"], root_certificates=ca, token=coordinator_token(v), tls=bool(v["coordinator_tls"])
     ) as client:
         client.register_table(v["table_id"], path)  # idempotent; an existing table keeps its mode
         protocol = GrpcCommitProtocol(client, v["table_id"], HudiTable.open(path).storage)

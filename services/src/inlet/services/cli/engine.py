@@ -99,7 +99,9 @@ def spark_session(args: argparse.Namespace) -> Iterator[SparkSession]:
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        raise CliError("--engine spark needs PySpark: install inlet-core[spark]") from None
+        raise CliError(
+            "--engine spark needs inlet-services[spark]: pip install 'inlet-services[spark]'"
+        ) from None
     active = SparkSession.getActiveSession()
     if active is not None:
         log.info("using the active Spark session (master %s)", active.sparkContext.master)

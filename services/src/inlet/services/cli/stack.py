@@ -26,6 +26,7 @@ import psycopg
 from inlet.core.errors import InletError
 from inlet.core.s3 import is_s3_uri, split_s3_uri
 from inlet.services.cli.errors import CliError, UsageError
+from inlet.services.extras import require
 from inlet.services.runtime import Setting, SettingsError, StopSignal, add_arguments, resolve
 from inlet.services.stack import source
 from inlet.services.stack.components import stopped_tables
@@ -243,6 +244,7 @@ def _preflight(config: StackConfig) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    require("stack", "inlet stack up")
     config = _config(args)
     directory = config.root
     timeout = resolve(args, UP_SETTINGS, ENV_PREFIX)["timeout"]
@@ -397,6 +399,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_supervise(args: argparse.Namespace) -> int:
+    require("stack", "inlet stack")
     directory = _dir(args)
     config = StackConfig.load(directory)
     if config is None:

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-from inlet.services.cli.commit import CONNECTION_SETTINGS, read_ca
+from inlet.services.cli.commit import CONNECTION_SETTINGS, coordinator_token, read_ca
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
 from inlet.services.cli.s3_options import add_s3_options
@@ -104,7 +104,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         coalesce_s=v["coalesce"],
         retry_max_s=v["retry_max"],
         lease_ms=v["lease_ms"],
-        coordinator_token=v["coordinator_token"],
+        coordinator_token=coordinator_token(v),
         coordinator_ca=read_ca(v["coordinator_ca"]),
         coordinator_tls=bool(v["coordinator_tls"]),
         kafka=dict(parse_key_values(v["kafka"], "--kafka-option")),

@@ -13,7 +13,14 @@ import sys
 import time
 from typing import Any
 
-from inlet.services.cli.commit import CA_SETTING, COORDINATOR_TLS_SETTING, TOKEN_SETTING, read_ca
+from inlet.services.cli.commit import (
+    CA_SETTING,
+    COORDINATOR_TLS_SETTING,
+    TOKEN_FILE_SETTING,
+    TOKEN_SETTING,
+    coordinator_token,
+    read_ca,
+)
 from inlet.services.cli.dataio import json_safe
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.parsing import ArgumentParser, add_command
@@ -95,6 +102,7 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="HOST:PORT",
     ),
     TOKEN_SETTING,
+    TOKEN_FILE_SETTING,
     CA_SETTING,
     COORDINATOR_TLS_SETTING,
     Setting(
@@ -180,8 +188,12 @@ def _options(v: dict[str, Any]) -> Any:
         raise UsageError("--rechecks must be 0 or more")
     if v["recheck_wait"] < 0:
         raise UsageError("--recheck-wait must be 0 or more")
-    if not v["coordinator"] and (v["coordinator_token"] or v["coordinator_ca"]):
-        raise UsageError("--coordinator-token and --coordinator-ca need --coordinator")
+    if not v["coordinator"] and (
+        v["coordinator_token"] or v["coordinator_token_file"] or v["coordinator_ca"]
+    ):
+        raise UsageError(
+            "--coordinator-token, --coordinator-token-file and --coordinator-ca need --coordinator"
+        )
     try:
         rules = load_rules(v["table_config"])
     except TableConfigError as e:
@@ -234,7 +246,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         client = CoordinatorClient(
             v["coordinator"],
             root_certificates=read_ca(v["coordinator_ca"]),
-            token=v["coordinator_token"],
+            token=coordinator_token(v),
             tls=bool(v["coordinator_tls"]),
         )
     started = time.monotonic()

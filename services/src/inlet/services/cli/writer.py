@@ -12,10 +12,11 @@ import argparse
 import json
 from typing import Any
 
-from inlet.services.cli.commit import CONNECTION_SETTINGS, read_ca
+from inlet.services.cli.commit import CONNECTION_SETTINGS, coordinator_token, read_ca
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
 from inlet.services.cli.s3_options import add_s3_options
+from inlet.services.extras import require
 from inlet.services.runtime import (
     Setting,
     SettingsError,
@@ -421,7 +422,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         error_retry_s=v["error_retry_s"],
         on_offset_gap=v["on_offset_gap"],
         table_config=v["table_config"],
-        coordinator_token=v["coordinator_token"],
+        coordinator_token=coordinator_token(v),
         coordinator_ca=read_ca(v["coordinator_ca"]),
         coordinator_tls=bool(v["coordinator_tls"]),
         kafka=kafka,
@@ -437,6 +438,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from inlet.services.writer.tables import TableConfigError
 
     config, listen = config_from_args(args)
+    if config.engine == "spark":
+        require("spark", "inlet writer run --engine spark")
     try:
         writer = Writer(config)
     except TableConfigError as e:
@@ -466,7 +469,7 @@ def cmd_load(args: argparse.Namespace) -> int:
     with CoordinatorClient(
         v["coordinator"],
         root_certificates=read_ca(v["coordinator_ca"]),
-        token=v["coordinator_token"],
+        token=coordinator_token(v),
         tls=bool(v["coordinator_tls"]),
     ) as client:
         try:

@@ -9,6 +9,11 @@ The tokens file is JSON::
 ``authorization: Bearer <token>``. A missing or unknown token is UNAUTHENTICATED; a token whose
 patterns do not match the request's ``table_id`` is PERMISSION_DENIED. The health and reflection
 services need no token.
+
+The file is reloaded when it changes (:class:`TokenFile`: its size, modification time or inode, checked
+at most once a second on calls), so tokens are added and revoked without a restart; Kubernetes'
+atomic update of a mounted Secret is such a change. A file that no longer parses is reported and
+ignored: the tokens in force stay until it is fixed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import fnmatch
 import hmac
 import json
 import logging
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,6 +81,52 @@ def load_tokens(path: str) -> list[Token]:
     return tokens
 
 
+class TokenFile:
+    """The tokens of a file, reloaded when the file changes (checked at most every ``check_interval_s``)."""
+
+    def __init__(self, path: str, check_interval_s: float = 1.0) -> None:
+        self.path = path
+        self.check_interval_s = check_interval_s
+        self.last_error: TokenError | None = None
+        self._lock = threading.Lock()
+        self._signature = self._stat()
+        self._tokens = load_tokens(path)  # a bad file at start is an error, not a warning
+        self._checked = time.monotonic()
+
+    def _stat(self) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.stat(self.path)  # follows symlinks: Kubernetes swaps the ..data link
+        except OSError:
+            return None
+        return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+    def tokens(self) -> list[Token]:
+        now = time.monotonic()
+        if now - self._checked < self.check_interval_s:
+            return self._tokens
+        with self._lock:
+            if now - self._checked < self.check_interval_s:
+                return self._tokens
+            self._checked = now
+            signature = self._stat()
+            if signature != self._signature:
+                self._reload(signature)
+        return self._tokens
+
+    def _reload(self, signature: tuple[int, int, int, int] | None) -> None:
+        try:
+            tokens = load_tokens(self.path)
+        except TokenError as e:
+            if str(e) != str(self.last_error):
+                log_event(log, logging.ERROR, f"keeping the tokens in force: {e}", path=self.path)
+            self.last_error = e
+            return  # signature not recorded: retried on the next check
+        self._signature = signature
+        self._tokens = tokens
+        self.last_error = None
+        log_event(log, logging.INFO, "tokens file reloaded", path=self.path, tokens=[t.name for t in tokens])
+
+
 def bearer(metadata: Sequence[tuple[str, Any]] | None) -> str | None:
     for key, value in metadata or ():
         if key.lower() == AUTHORIZATION and isinstance(value, str):
@@ -90,14 +144,14 @@ def _deny(code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
 
 
 class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, tokens: Sequence[Token]) -> None:
-        self.tokens = list(tokens)
+    def __init__(self, source: TokenFile) -> None:
+        self.source = source
 
     def lookup(self, secret: str | None) -> Token | None:
         if not secret:
             return None
         found = None
-        for token in self.tokens:  # compare with every token in constant time
+        for token in self.source.tokens():  # compare with every token in constant time
             if hmac.compare_digest(token.secret.encode(), secret.encode()):
                 found = token
         return found

@@ -57,7 +57,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "tokens_file",
         "--tokens",
-        'JSON file of bearer tokens: {"tokens": [{"token": "...", "tables": ["sales.*"]}]}',
+        'JSON file of bearer tokens: {"tokens": [{"token": "...", "tables": ["sales.*"]}]}; reloaded '
+        "when it changes (no restart)",
         metavar="FILE",
         env_name="TOKENS",
     ),

@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from inlet.proto.coordinator.v1 import coordinator_pb2, coordinator_pb2_grpc
 from inlet.services.coordinator import validation
-from inlet.services.coordinator.auth import TokenAuthInterceptor, load_tokens
+from inlet.services.coordinator.auth import TokenAuthInterceptor, TokenFile
 from inlet.services.coordinator.commits import Coordinator
 from inlet.services.coordinator.config import ConfigError, CoordinatorConfig
 from inlet.services.coordinator.janitor import Janitor
@@ -49,6 +49,7 @@ class RunningServer:
     janitor: Janitor
     health: health.HealthServicer
     publisher: Any | None = None
+    auth: TokenAuthInterceptor | None = None  # the bearer tokens (reloaded when their file changes)
     http: HttpEndpoint | None = None  # /metrics, /livez, /readyz (config.metrics_listen)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -136,8 +137,9 @@ def serve(config: CoordinatorConfig) -> RunningServer:
     except ValueError as e:
         raise ConfigError(str(e)) from e
     interceptors = []
-    if config.tokens_file:
-        interceptors.append(TokenAuthInterceptor(load_tokens(config.tokens_file)))
+    auth = TokenAuthInterceptor(TokenFile(config.tokens_file)) if config.tokens_file else None
+    if auth is not None:
+        interceptors.append(auth)
     credentials = _credentials(config)
 
     store = Store(config.database_url, pool_size=config.db_pool_size).open()
@@ -190,7 +192,9 @@ def serve(config: CoordinatorConfig) -> RunningServer:
             part.stop(0) if isinstance(part, grpc.Server) else part.stop()
         store.close()
         raise
-    running = RunningServer(config, server, port, store, coordinator, janitor, health_servicer, publisher)
+    running = RunningServer(
+        config, server, port, store, coordinator, janitor, health_servicer, publisher, auth
+    )
     if config.metrics_listen:
         try:
             running.http = _serve_metrics(config.metrics_listen, running)
