@@ -532,7 +532,7 @@ def test_compose_services_agree_with_each_other() -> None:
     # every service that follows Kafka uses the same bootstrap servers
     bootstrap = _flag(coord["command"], "--kafka-bootstrap")
     for name in ("cdc-consumer", "writer", "table-services", "catalog-sync"):
-        assert _flag(services[name]["command"], "--bootstrap") == bootstrap, name
+        assert _flag(services[name]["command"], "--kafka-bootstrap") == bootstrap, name
     # the health checks probe the ports the services listen on
     assert _flag(coord["healthcheck"]["test"], "--address").endswith(":" + port)
     for name in ("cdc-consumer", "writer", "table-services", "catalog-sync"):
@@ -581,10 +581,10 @@ def test_k8s_services_agree_with_each_other() -> None:
     # every service that follows Kafka uses the coordinator's brokers
     bootstrap = coord["INLET_COORDINATOR_KAFKA_BOOTSTRAP"]
     for name, key in (
-        ("inlet-cdc-consumer", "INLET_CDC_BOOTSTRAP"),
-        ("inlet-writer", "INLET_WRITER_BOOTSTRAP"),
-        ("inlet-table-services", "INLET_TABLE_SERVICES_BOOTSTRAP"),
-        ("inlet-catalog-sync", "INLET_CATALOG_BOOTSTRAP"),
+        ("inlet-cdc-consumer", "INLET_CDC_KAFKA_BOOTSTRAP"),
+        ("inlet-writer", "INLET_WRITER_KAFKA_BOOTSTRAP"),
+        ("inlet-table-services", "INLET_TABLE_SERVICES_KAFKA_BOOTSTRAP"),
+        ("inlet-catalog-sync", "INLET_CATALOG_KAFKA_BOOTSTRAP"),
     ):
         assert maps[name][key] == bootstrap, name
     assert maps["inlet-catalog-sync"]["INLET_CATALOG_METASTORE"].startswith("thrift://")

@@ -50,6 +50,7 @@ CONCEPTS: dict[str, tuple[re.Pattern[str], frozenset[str]]] = {
             {
                 "--coordinator",
                 "--coordinator-token",
+                "--coordinator-token-file",
                 "--coordinator-ca",
                 "--coordinator-tls",
                 "--no-coordinator-tls",
@@ -78,7 +79,13 @@ COMMITTING = (
     "writer load",
     "table-services run",
 )
-COORDINATOR_OPTIONS = ("--coordinator", "--coordinator-token", "--coordinator-ca", "--coordinator-tls")
+COORDINATOR_OPTIONS = (
+    "--coordinator",
+    "--coordinator-token",
+    "--coordinator-token-file",
+    "--coordinator-ca",
+    "--coordinator-tls",
+)
 
 # environment variables: one spelling per concept too
 ENV_RULES = (

@@ -16,7 +16,7 @@ from inlet.services.extras import EXTRAS, missing
 
 ROOT = Path(__file__).resolve().parents[3]
 WRITER_SPARK = [
-    *("writer", "run", "--bootstrap", "127.0.0.1:9", "--coordinator", "127.0.0.1:9"),
+    *("writer", "run", "--kafka-bootstrap", "127.0.0.1:9", "--coordinator", "127.0.0.1:9"),
     *("--lake-root", "{tmp}", "--engine", "spark", "--topic-pattern", "x"),
 ]
 
