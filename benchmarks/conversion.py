@@ -76,7 +76,7 @@ def writer_values(n: int) -> list[bytes]:
 
 
 def writer_run(values: list[bytes]) -> Any:
-    changes = [Change(pb.ChangeRecord.FromString(v).change, 0, i) for i, v in enumerate(values)]
+    changes = [Change(pb.ChangeRecord.FromString(v).change, 0, i, raw=v) for i, v in enumerate(values)]
     return to_arrow(changes, key_fields=["id"], current_rows=lambda images: [])
 
 

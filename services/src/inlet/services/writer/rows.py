@@ -68,6 +68,7 @@ from inlet.core.schema import IS_DELETED_COLUMN
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer.decode import row_record_key
 from inlet.services.cdc_consumer.errors import DecodeError
+from inlet.services.writer.columns import columnar
 
 log = logging.getLogger("inlet.writer.rows")
 
@@ -252,6 +253,9 @@ class Change:
     event: pb.ChangeEvent
     partition: int
     offset: int
+    #: the ``ChangeRecord`` bytes the event was parsed from, when kept: the batch converts column by
+    #: column (:mod:`.columns`)
+    raw: bytes | None = None
 
 
 _KINDS = frozenset(
@@ -573,6 +577,10 @@ def to_arrow(
     a change older than the row's stored version (``_event_lsn``) is dropped, as it would lose
     there anyway, so it moves nothing.
     """
+    if types_from is None:  # the plain batch, column by column
+        fast = columnar(changes, key_fields, partition_fields, stored_locations is not None)
+        if fast is not None:
+            return fast
     fields, schema_keys = batch_schema(changes if types_from is None else types_from)
     keys = list(key_fields) if key_fields is not None else schema_keys
     types = {f.name: f.type for f in fields}
