@@ -194,6 +194,18 @@ def _lists(encoded: list[bytes], col: pb.Column, arrow: pa.DataType) -> list[lis
     return out
 
 
+def _positions(values: list[Any], item: Any) -> list[int]:
+    """Where ``item`` (compared by identity first, as ``list.index`` does) is in ``values``."""
+    out: list[int] = []
+    at = -1
+    try:
+        while True:
+            at = values.index(item, at + 1)
+            out.append(at)
+    except ValueError:
+        return out
+
+
 def _key_texts(columns: list[list[Any]]) -> list[str]:
     """Each row's key text as the row path's ``key_of`` makes it (``repr`` of each key value)."""
     if len(columns) == 1:
@@ -312,12 +324,12 @@ def _columnar(
             it_before = [iter(c) for c in before_cols]
             with_before = [has_before[i] for i in del_idx]
             del_cols = [[next(it) if b else None for b in with_before] for it in it_before]
-        for k, p in enumerate(key_pos):
-            cells = key_flat[k::nkeys]
+        for ki, p in enumerate(key_pos):
+            cells = key_flat[ki::nkeys]
             cells = [cells[i] for i in del_idx]
             if _UNCHANGED in cells:
                 raise _Fallback
-            del_cols[p] = _decode(cells, schema.columns[p], types[key_names[k]], None)
+            del_cols[p] = _decode(cells, schema.columns[p], types[key_names[ki]], None)
     # each change's record key (the row path's key text) and the TOAST placeholders' previous versions
     after_keys = _key_texts([after_cols[p] for p in key_pos])
     del_keys = _key_texts([del_cols[p] for p in key_pos]) if n_del else []
@@ -339,9 +351,7 @@ def _columnar(
             column = after_cols[j]
             arrow = types[names[j]]
             placeholder = R._placeholder(arrow)
-            for i, v in enumerate(column):
-                if v is not unchanged:
-                    continue
+            for i in _positions(column, unchanged):
                 p_row = prev[i]
                 if p_row is None:  # the stored row's value: the merge fills the placeholder
                     if placeholder is unchanged:
