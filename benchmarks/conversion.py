@@ -26,17 +26,18 @@ per CPU second); before = the code this benchmark was written against (commit ab
 =========================================  ==================  ==================
 part                                       before              after
 =========================================  ==================  ==================
-writer: parse + to_arrow (20 columns)      56.1 (17,800/s)     15.7 (63,800/s)
-  parse (ChangeRecord.FromString)          5.2                 5.6
-  to_arrow, row by row                     51.8                35.7
-  to_arrow, column by column               --                  8.7 (114,000/s)
-cdc json: decode + encode (20 columns)     28.2 (35,400/s)     24.1 (41,600/s)
-cdc avro: decode + encode (8 columns)      41.4 (24,100/s)     38.5 (26,000/s)
+writer: parse + to_arrow (20 columns)      56.1 (17,800/s)     13.5 (73,900/s)
+  parse (ChangeRecord.FromString)          5.2                 5.4
+  to_arrow, row by row                     51.8                33.1
+  to_arrow, column by column               --                  7.7 (130,000/s)
+cdc json: decode + encode (20 columns)     28.2 (35,400/s)     24.6 (40,600/s)
+cdc avro: decode + encode (8 columns)      41.4 (24,100/s)     38.9 (25,700/s)
 =========================================  ==================  ==================
 
-Where the rest goes: the writer's column path spends ~2 µs a row on parsing the batch again and
-~3 µs on turning the cells into Python lists and those into Arrow; the per-record parse stays (the
-service needs each event to route it). The CDC consumer builds each ``Value`` with one protobuf call
+Where the rest goes: the writer's column path spends ~2.5 µs a row on parsing the batch again
+(and checking it has one schema), ~3 µs on decoding the 20 columns' cells into Python lists (~0.1 µs
+a value; the list column ~1 µs) and ~1.5 µs on Arrow arrays and the meta columns; the per-record
+parse stays (the service needs each event to route it). The CDC consumer builds each ``Value`` with one protobuf call
 (~0.4 µs each, 20 a row) and copies the 20-column schema into every event; the Avro path's floor is
 ``fastavro.schemaless_reader`` itself (~16 µs a record here, mostly its per-call schema handling).
 """

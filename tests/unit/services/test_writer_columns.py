@@ -180,25 +180,31 @@ def test_random_batches_come_out_the_same_column_by_column(seed: int) -> None:
     assert table_rows(cols) == table_rows(rows)
 
 
-def test_a_key_deleted_earlier_in_the_batch_gives_its_toasted_value_as_null() -> None:
+def test_toasted_values_come_from_the_keys_earlier_change_or_are_null_after_its_delete() -> None:
     note = pb.Value(string_value="first")
+    tags = pb.Value(list_value=pb.ListValue(values=[pb.Value(string_value="a"), pb.Value()]))
     records = [
-        change(pb.OPERATION_CREATE, (1, "eu"), 10, {"name": note, "doc": note}),
-        change(pb.OPERATION_UPDATE, (1, "eu"), 11, {"name": KEEP, "doc": pb.Value(string_value="2")}),
+        change(pb.OPERATION_CREATE, (1, "eu"), 10, {"name": note, "doc": note, "tags": tags}),
+        change(
+            pb.OPERATION_UPDATE,
+            (1, "eu"),
+            11,
+            {"name": KEEP, "doc": pb.Value(string_value="2"), "tags": KEEP},
+        ),
         change(pb.OPERATION_DELETE, (1, "eu"), 12),
-        change(pb.OPERATION_UPDATE, (1, "eu"), 13, {"name": KEEP, "doc": KEEP}),
+        change(pb.OPERATION_UPDATE, (1, "eu"), 13, {"name": KEEP, "doc": KEEP, "tags": KEEP}),
         change(pb.OPERATION_UPDATE, (2, "eu"), 14, {"name": KEEP}),  # nothing earlier: the placeholder
     ]
     rows, cols, taken = both_ways(records)
     assert taken
     assert table_rows(cols) == table_rows(rows)
-    got = [(r["id"], r["name"], r["doc"], r["_hoodie_is_deleted"]) for r in table_rows(cols)]
+    got = [(r["id"], r["name"], r["doc"], r["tags"], r["_hoodie_is_deleted"]) for r in table_rows(cols)]
     assert got == [
-        (1, "first", "first", False),
-        (1, "first", "2", False),
-        (1, None, None, True),
-        (1, None, None, False),
-        (2, "__debezium_unavailable_value", None, False),
+        (1, "first", "first", ["a", None], False),
+        (1, "first", "2", ["a", None], False),
+        (1, None, None, None, True),
+        (1, None, None, None, False),
+        (2, "__debezium_unavailable_value", None, None, False),
     ]
 
 

@@ -20,6 +20,7 @@ convert -- returns None, and the row-by-row path converts the batch (and names a
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -165,7 +166,8 @@ def _decode(cells: list[bytes], col: pb.Column, arrow: pa.DataType, unchanged: A
             raise _Fallback
         total += len(found)
         if name == "list_value":
-            by_kind[name] = _lists(list(found), col, arrow)
+            base = _lists(list(found), col, arrow)
+            by_kind[name] = list(range(len(base)))
         else:
             by_kind[name] = conversions[name](found)
     if total + nulls + unch != len(cells) or len(parsed.unchanged) != unch:
@@ -174,24 +176,35 @@ def _decode(cells: list[bytes], col: pb.Column, arrow: pa.DataType, unchanged: A
         its = {_TAGS[name]: iter(values) for name, values in by_kind.items()}
         return [None if c == _NULL else unchanged if c == _UNCHANGED else next(its[c[0]]) for c in cells]
     values = next(iter(by_kind.values())) if by_kind else []
-    if not nulls and not unch:
-        return values
-    it = iter(values)
-    return [None if c == _NULL else unchanged if c == _UNCHANGED else next(it) for c in cells]
+    if nulls or unch:
+        it = iter(values)
+        values = [None if c == _NULL else unchanged if c == _UNCHANGED else next(it) for c in cells]
+    if pa.types.is_list(arrow):
+        return _Lists(values, base if by_kind else pa.array([], arrow))
+    return values
 
 
-def _lists(encoded: list[bytes], col: pb.Column, arrow: pa.DataType) -> list[list[Any]]:
-    """Encoded ListValues: every list's elements decoded as one column, then cut into the lists."""
+class _Lists(list):  # type: ignore[type-arg]
+    """A list column's values: each an index into ``base`` (the decoded lists, an Arrow array), so
+    no Python list is built per row (a copied TOASTed value copies the index)."""
+
+    def __init__(self, values: list[Any], base: pa.Array) -> None:
+        super().__init__(values)
+        self.base = base
+
+    def like(self, values: list[Any]) -> _Lists:
+        return _Lists(values, self.base)
+
+
+def _lists(encoded: list[bytes], col: pb.Column, arrow: pa.DataType) -> pa.Array:
+    """Encoded ListValues as an Arrow list array: every list's elements decoded as one column."""
     lengths = [len(_Rows.FromString(v).values) for v in encoded]
     elements = list(_Rows.FromString(b"".join(encoded)).values)
     if len(elements) != sum(lengths):
         raise _Fallback
     flat = _decode(elements, col.element, arrow.value_type, None)  # an unchanged element is null
-    out, at = [], 0
-    for length in lengths:
-        out.append(flat[at : at + length])
-        at += length
-    return out
+    offsets = pa.array([0, *itertools.accumulate(lengths)], pa.int32())
+    return pa.ListArray.from_arrays(offsets, _array(flat, arrow.value_type), type=arrow)
 
 
 def _positions(values: list[Any], item: Any) -> list[int]:
@@ -324,6 +337,9 @@ def _columnar(
             it_before = [iter(c) for c in before_cols]
             with_before = [has_before[i] for i in del_idx]
             del_cols = [[next(it) if b else None for b in with_before] for it in it_before]
+            del_cols = [
+                c.like(d) if isinstance(c, _Lists) else d for c, d in zip(before_cols, del_cols, strict=True)
+            ]
         for ki, p in enumerate(key_pos):
             cells = key_flat[ki::nkeys]
             cells = [cells[i] for i in del_idx]
@@ -406,6 +422,8 @@ def _columnar(
 
 
 def _array(values: list[Any], arrow: pa.DataType) -> pa.Array:
+    if isinstance(values, _Lists):  # indices into the decoded lists
+        return values.base.take(pa.array(values, pa.int64()))
     if pa.types.is_decimal(arrow):  # exact decimal text; a value that does not fit raises (row path)
         return pa.array(values, pa.string()).cast(arrow)
     return pa.array(values, arrow)
