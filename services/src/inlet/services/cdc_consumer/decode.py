@@ -110,6 +110,8 @@ _OPS = {
     "t": pb.OPERATION_TRUNCATE,
 }
 _INTERNAL_COLLECTION = "io.debezium."
+#: how an Unchanged value is encoded in a Row (or a ListValue): field 1, 2 bytes, Value field 8 empty
+_ENCODED_UNCHANGED = b"\n\x02B\x00"
 _SCHEMA_HEAD = b'{"schema":'
 _PAYLOAD_SEP = b',"payload":'
 
@@ -681,6 +683,8 @@ def _literal_placeholders(plan: _TablePlan, row: pb.Row, data: dict[str, Any]) -
     """PostgreSQL leaves out an unchanged TOASTed value only from an UPDATE's new row (and Debezium's
     CREATE of a primary-key change's new key, which carries ``__debezium.oldkey``): in an insert or
     a snapshot read, a value equal to Debezium's placeholder is the column's real value."""
+    if _ENCODED_UNCHANGED not in row.SerializeToString():  # no Unchanged value: nothing to look at
+        return
     for i, v in enumerate(row.values):
         if v.WhichOneof("kind") == "unchanged":
             literal = placeholder_literal(plan.schema.columns[i], data.get(plan.names[i]), plan.wire)

@@ -402,17 +402,17 @@ def _list(element: Converter, placeholders: list[Any]) -> Converter:
 # ------------------------------------------------------------------------------ schema -> plan
 
 _PRIMITIVE: dict[str, tuple[int, str]] = {
-    "int8": (CT.COLUMN_TYPE_INT16, "int8"),
-    "int16": (CT.COLUMN_TYPE_INT16, "int16"),
-    "int32": (CT.COLUMN_TYPE_INT32, "int32"),
-    "int64": (CT.COLUMN_TYPE_INT64, "int64"),
-    "float": (CT.COLUMN_TYPE_FLOAT32, "float32"),
-    "float32": (CT.COLUMN_TYPE_FLOAT32, "float32"),
-    "double": (CT.COLUMN_TYPE_FLOAT64, "float64"),
-    "float64": (CT.COLUMN_TYPE_FLOAT64, "float64"),
-    "boolean": (CT.COLUMN_TYPE_BOOLEAN, "boolean"),
-    "string": (CT.COLUMN_TYPE_STRING, "string"),
-    "bytes": (CT.COLUMN_TYPE_BYTES, "bytes"),
+    "int8": (pb.COLUMN_TYPE_INT16, "int8"),
+    "int16": (pb.COLUMN_TYPE_INT16, "int16"),
+    "int32": (pb.COLUMN_TYPE_INT32, "int32"),
+    "int64": (pb.COLUMN_TYPE_INT64, "int64"),
+    "float": (pb.COLUMN_TYPE_FLOAT32, "float32"),
+    "float32": (pb.COLUMN_TYPE_FLOAT32, "float32"),
+    "double": (pb.COLUMN_TYPE_FLOAT64, "float64"),
+    "float64": (pb.COLUMN_TYPE_FLOAT64, "float64"),
+    "boolean": (pb.COLUMN_TYPE_BOOLEAN, "boolean"),
+    "string": (pb.COLUMN_TYPE_STRING, "string"),
+    "bytes": (pb.COLUMN_TYPE_BYTES, "bytes"),
 }
 
 _GEOMETRY_NAMES = {
@@ -447,55 +447,55 @@ def column_plan(field: dict[str, Any], wire: str, name: str | None = None) -> Co
             raise UnsupportedType(f"decimal with parameters {params}") from None
         col.precision, col.scale = precision, scale
         return done(
-            CT.COLUMN_TYPE_DECIMAL, _decimal(wire, scale), f"{b64}two's-complement bytes for {logical}"
+            pb.COLUMN_TYPE_DECIMAL, _decimal(wire, scale), f"{b64}two's-complement bytes for {logical}"
         )
     if logical == "io.debezium.data.VariableScaleDecimal":
         return done(
-            CT.COLUMN_TYPE_DECIMAL, _variable_decimal(wire), f"a {{scale, value}} struct for {logical}"
+            pb.COLUMN_TYPE_DECIMAL, _variable_decimal(wire), f"a {{scale, value}} struct for {logical}"
         )
     if logical in ("io.debezium.time.Date", "org.apache.kafka.connect.data.Date"):
-        return done(CT.COLUMN_TYPE_DATE, _date, f"int32 days for {logical}")
+        return done(pb.COLUMN_TYPE_DATE, _date, f"int32 days for {logical}")
     if logical in ("io.debezium.time.Time", "org.apache.kafka.connect.data.Time"):
-        return done(CT.COLUMN_TYPE_TIME_MICROS, _scaled_int(1000), f"int32 milliseconds for {logical}")
+        return done(pb.COLUMN_TYPE_TIME_MICROS, _scaled_int(1000), f"int32 milliseconds for {logical}")
     if logical == "io.debezium.time.MicroTime":
-        return done(CT.COLUMN_TYPE_TIME_MICROS, _int, f"int64 microseconds for {logical}")
+        return done(pb.COLUMN_TYPE_TIME_MICROS, _int, f"int64 microseconds for {logical}")
     if logical == "io.debezium.time.NanoTime":
-        return done(CT.COLUMN_TYPE_TIME_MICROS, _floored_int(1000), f"int64 nanoseconds for {logical}")
+        return done(pb.COLUMN_TYPE_TIME_MICROS, _floored_int(1000), f"int64 nanoseconds for {logical}")
     if logical in ("io.debezium.time.Timestamp", "org.apache.kafka.connect.data.Timestamp"):
-        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _milli_timestamp, f"int64 milliseconds for {logical}")
+        return done(pb.COLUMN_TYPE_TIMESTAMP_MICROS, _milli_timestamp, f"int64 milliseconds for {logical}")
     if logical == "io.debezium.time.MicroTimestamp":
-        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _micro_timestamp, f"int64 microseconds for {logical}")
+        return done(pb.COLUMN_TYPE_TIMESTAMP_MICROS, _micro_timestamp, f"int64 microseconds for {logical}")
     if logical == "io.debezium.time.NanoTimestamp":
-        return done(CT.COLUMN_TYPE_TIMESTAMP_MICROS, _floored_int(1000), f"int64 nanoseconds for {logical}")
+        return done(pb.COLUMN_TYPE_TIMESTAMP_MICROS, _floored_int(1000), f"int64 nanoseconds for {logical}")
     if logical == "io.debezium.time.ZonedTimestamp":
         return done(
-            CT.COLUMN_TYPE_TIMESTAMP_MICROS_UTC, _zoned_timestamp, f"an ISO-8601 string for {logical}"
+            pb.COLUMN_TYPE_TIMESTAMP_MICROS_UTC, _zoned_timestamp, f"an ISO-8601 string for {logical}"
         )
     if logical == "io.debezium.time.MicroDuration":
-        return done(CT.COLUMN_TYPE_DURATION_MICROS, _int, f"int64 microseconds for {logical}")
+        return done(pb.COLUMN_TYPE_DURATION_MICROS, _int, f"int64 microseconds for {logical}")
     if logical == "io.debezium.data.Json":
         return done(
-            CT.COLUMN_TYPE_JSON,
+            pb.COLUMN_TYPE_JSON,
             _string_with(frozenset((PLACEHOLDER, _PH_HSTORE_JSON))),
             f"a string for {logical}",
         )
     if logical == "io.debezium.data.Uuid":
         return done(
-            CT.COLUMN_TYPE_UUID, _string_with(frozenset((PLACEHOLDER, _PH_UUID))), f"a string for {logical}"
+            pb.COLUMN_TYPE_UUID, _string_with(frozenset((PLACEHOLDER, _PH_UUID))), f"a string for {logical}"
         )
     if logical == "io.debezium.data.Bits":
         return done(
-            CT.COLUMN_TYPE_BYTES, _bytes_json if wire == "json" else _bytes_avro, f"{b64}bytes for {logical}"
+            pb.COLUMN_TYPE_BYTES, _bytes_json if wire == "json" else _bytes_avro, f"{b64}bytes for {logical}"
         )
     if logical in _GEOMETRY_NAMES:
-        return done(CT.COLUMN_TYPE_BYTES, _geometry(wire, logical), f"a struct with wkb for {logical}")
+        return done(pb.COLUMN_TYPE_BYTES, _geometry(wire, logical), f"a struct with wkb for {logical}")
 
     if type_ == "array":
         items = field.get("items")
         if not isinstance(items, dict):
             raise UnsupportedType("array without items")
         elem = column_plan({**items, "optional": items.get("optional", True)}, wire, name="element")
-        if elem.column.type == CT.COLUMN_TYPE_LIST:
+        if elem.column.type == pb.COLUMN_TYPE_LIST:
             raise UnsupportedType("nested arrays")
         col.element.CopyFrom(elem.column)
         placeholders: list[Any] = [
@@ -504,19 +504,19 @@ def column_plan(field: dict[str, Any], wire: str, name: str | None = None) -> Co
             _PH_INT_LIST,
             [_PH_UUID],
         ]
-        return done(CT.COLUMN_TYPE_LIST, _list(elem.convert, placeholders), f"an array of {elem.expected}")
+        return done(pb.COLUMN_TYPE_LIST, _list(elem.convert, placeholders), f"an array of {elem.expected}")
     if type_ == "map":
-        return done(CT.COLUMN_TYPE_JSON, _map_json, "a map (hstore)")
+        return done(pb.COLUMN_TYPE_JSON, _map_json, "a map (hstore)")
     if type_ in _PRIMITIVE:
         ctype, wire_name = _PRIMITIVE[type_]
         expected = f"{wire_name} for {logical}" if logical else wire_name
         if type_ in ("int8", "int16", "int32", "int64"):
             return done(ctype, _int, expected)
-        if ctype in (CT.COLUMN_TYPE_FLOAT32, CT.COLUMN_TYPE_FLOAT64):
+        if ctype in (pb.COLUMN_TYPE_FLOAT32, pb.COLUMN_TYPE_FLOAT64):
             return done(ctype, _float, expected)
-        if ctype == CT.COLUMN_TYPE_BOOLEAN:
+        if ctype == pb.COLUMN_TYPE_BOOLEAN:
             return done(ctype, _bool, expected)
-        if ctype == CT.COLUMN_TYPE_BYTES:
+        if ctype == pb.COLUMN_TYPE_BYTES:
             return done(ctype, _bytes_json if wire == "json" else _bytes_avro, b64 + expected)
         return done(ctype, _string, expected)  # string, and Enum, Xml, Interval, ZonedTime, Ltree...
     raise UnsupportedType(f"{type_}{' ' + logical if logical else ''}")
@@ -527,7 +527,7 @@ def column_plan(field: dict[str, Any], wire: str, name: str | None = None) -> Co
 
 def _column_identity(c: pb.Column) -> list[Any]:
     ident: list[Any] = [c.name, int(c.type), c.precision, c.scale, c.nullable]
-    if c.type == CT.COLUMN_TYPE_LIST:
+    if c.type == pb.COLUMN_TYPE_LIST:
         ident.append(_column_identity(c.element))
     return ident
 
@@ -542,8 +542,8 @@ def fingerprint(columns: list[pb.Column]) -> str:
 # ------------------------------------------------------------------------------ record keys
 
 
-_TEXT_TYPES = (CT.COLUMN_TYPE_STRING, CT.COLUMN_TYPE_JSON, CT.COLUMN_TYPE_UUID)
-_INT_TYPES = (CT.COLUMN_TYPE_INT16, CT.COLUMN_TYPE_INT32, CT.COLUMN_TYPE_INT64)
+_TEXT_TYPES = (pb.COLUMN_TYPE_STRING, pb.COLUMN_TYPE_JSON, pb.COLUMN_TYPE_UUID)
+_INT_TYPES = (pb.COLUMN_TYPE_INT16, pb.COLUMN_TYPE_INT32, pb.COLUMN_TYPE_INT64)
 
 
 def placeholder_literal(column: pb.Column, raw: Any, wire: str) -> Value | None:
@@ -557,11 +557,11 @@ def placeholder_literal(column: pb.Column, raw: Any, wire: str) -> Value | None:
         if raw.__class__ is dict:  # hstore
             return Value(string_value=orjson.dumps(raw, option=orjson.OPT_SORT_KEYS).decode())
         return None
-    if ctype == CT.COLUMN_TYPE_BYTES:
+    if ctype == pb.COLUMN_TYPE_BYTES:
         if raw.__class__ is bytes:
             return Value(bytes_value=raw)
         return Value(bytes_value=_b64(raw)) if wire == "json" and raw.__class__ is str else None
-    if ctype == CT.COLUMN_TYPE_LIST and raw.__class__ is list:
+    if ctype == pb.COLUMN_TYPE_LIST and raw.__class__ is list:
         values = []
         for item in raw:
             if item is None:
@@ -590,7 +590,7 @@ def key_text(column: pb.Column, value: pb.Value) -> str | None:
     if kind is None:
         return None
     if kind == "int_value":
-        if column.type == CT.COLUMN_TYPE_DATE:  # any int32 day, as Arrow casts date32 to text
+        if column.type == pb.COLUMN_TYPE_DATE:  # any int32 day, as Arrow casts date32 to text
             year, month, day = civil_from_days(value.int_value)
             sign = "-" if year < 0 else ""
             return f"{sign}{abs(year):04d}-{month:02d}-{day:02d}"

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import decimal
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -67,6 +68,7 @@ from inlet.core.schema import IS_DELETED_COLUMN
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer.decode import row_record_key
 from inlet.services.cdc_consumer.errors import DecodeError
+from inlet.services.writer.columns import columnar
 
 log = logging.getLogger("inlet.writer.rows")
 
@@ -251,13 +253,103 @@ class Change:
     event: pb.ChangeEvent
     partition: int
     offset: int
+    #: the ``ChangeRecord`` bytes the event was parsed from, when kept: the batch converts column by
+    #: column (:mod:`.columns`)
+    raw: bytes | None = None
 
 
-def _row_dict(row: pb.Row, schema: pb.TableSchema, types: dict[str, pa.DataType]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for col, value in zip(schema.columns, row.values, strict=False):
-        out[col.name] = _py(value, col, types[col.name])
-    return out
+_KINDS = frozenset(
+    ("int_value", "double_value", "string_value", "bytes_value", "bool_value", "decimal_value")
+)
+_DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
+def _direct_kinds(arrow: pa.DataType) -> frozenset[str]:
+    """The value kinds that :func:`_py` returns as they are (``getattr(value, kind)``) for ``arrow``."""
+    if pa.types.is_list(arrow):
+        return _KINDS - {"decimal_value"}
+    if pa.types.is_string(arrow):  # numbers become text
+        return _KINDS - {"int_value", "double_value"}
+    if pa.types.is_decimal(arrow):  # decimal text becomes a checked Decimal
+        return _KINDS - {"decimal_value"}
+    return _KINDS
+
+
+@dataclass(frozen=True)
+class _RowPlan:
+    """How to read the rows of one schema (fingerprint) with a batch's column types: per column its
+    name, the column, its Arrow type, the kinds taken as they are, and the decimal's (precision,
+    scale) when it is a decimal128 column, and for a list column the element kinds taken as they are."""
+
+    columns: tuple[
+        tuple[str, pb.Column, pa.DataType, frozenset[str], tuple[int, int] | None, frozenset[str] | None], ...
+    ]
+
+    @staticmethod
+    def of(schema: pb.TableSchema, types: dict[str, pa.DataType]) -> _RowPlan:
+        cols = []
+        for col in schema.columns:
+            arrow = types[col.name]
+            dec = (arrow.precision, arrow.scale) if pa.types.is_decimal(arrow) else None
+            elem = _direct_kinds(arrow.value_type) if pa.types.is_list(arrow) else None
+            cols.append((col.name, col, arrow, _direct_kinds(arrow), dec, elem))
+        return _RowPlan(tuple(cols))
+
+    def read(self, row: pb.Row) -> dict[str, Any]:
+        """The row as :func:`_py` makes its values (a row shorter than the schema has fewer keys)."""
+        out: dict[str, Any] = {}
+        for value, (name, col, arrow, direct, dec, elem) in zip(row.values, self.columns, strict=False):
+            kind = value.WhichOneof("kind")
+            if kind is None:
+                out[name] = None
+            elif kind in direct:
+                out[name] = getattr(value, kind)
+            elif dec is not None and kind == "decimal_value":
+                out[name] = _decimal(value.decimal_value, dec, col, arrow)
+            elif kind == "unchanged":
+                out[name] = UNCHANGED
+            elif kind == "list_value" and elem is not None:
+                items = []
+                for item in value.list_value.values:
+                    k = item.WhichOneof("kind")
+                    if k in elem:
+                        items.append(getattr(item, k))
+                    elif k is None or k == "unchanged":
+                        items.append(None)
+                    else:
+                        items.append(_py(item, col.element, arrow.value_type))
+                out[name] = items
+            else:
+                out[name] = _py(value, col, arrow)
+        return out
+
+
+def _decimal(text: str, dec: tuple[int, int], col: pb.Column, arrow: pa.DataType) -> Any:
+    """:func:`_py` of a decimal text for a decimal128 column: text already at the column's scale
+    (what the CDC consumer sends) becomes its Decimal directly; anything else takes the checked way."""
+    precision, scale = dec
+    if _DECIMAL_TEXT.fullmatch(text):
+        point = text.find(".")
+        if (scale == 0 and point < 0) or (point >= 0 and len(text) - point - 1 == scale):
+            digits = len(text.lstrip("-").replace(".", "").lstrip("0"))
+            if digits <= precision:
+                return decimal.Decimal(text)
+    return _py(pb.Value(decimal_value=text), col, arrow)
+
+
+def _row_plans(types: dict[str, pa.DataType]) -> Callable[[pb.ChangeEvent, pb.Row], dict[str, Any]]:
+    """A reader of rows with the batch's column ``types``, with one :class:`_RowPlan` per schema."""
+    plans: dict[str, _RowPlan] = {}
+
+    def read(ev: pb.ChangeEvent, row: pb.Row) -> dict[str, Any]:
+        schema = ev.schema  # as batch_schema tells schemas apart: by fingerprint, else by content
+        fp = schema.fingerprint or schema.SerializeToString(deterministic=True).hex()
+        plan = plans.get(fp)
+        if plan is None:
+            plan = plans[fp] = _RowPlan.of(schema, types)
+        return plan.read(row)
+
+    return read
 
 
 def _column_array(table_id: str, f: pa.Field, values: list[Any]) -> pa.Array:
@@ -318,10 +410,12 @@ class _FromKey:
 
 def _resolve_unchanged(
     versions: dict[str, list[tuple[int, int, dict[str, Any], str | None]]],
-    unresolved: list[tuple[int, int, str, dict[str, Any], str | None]],
+    arrivals: list[tuple[int, str, dict[str, Any], str | None]],
+    unresolved: list[tuple[int, int, str, dict[str, Any], str | None, list[str]]],
 ) -> None:
-    """Replace each ``UNCHANGED`` value of ``unresolved`` rows by the value of the key's previous
-    version in the batch, or by a :class:`_Stored` when there is none.
+    """Replace each ``UNCHANGED`` value (the columns ``names``) of ``unresolved`` rows by the value of
+    the key's previous version in the batch, or by a :class:`_Stored` when there is none
+    (``arrivals``: every version in arrival order, as (arrival, key, row, old key)).
 
     A key's previous version is its change that arrived before (a key's changes arrive in order:
     they share a partition). For the new row of a primary-key change it is the old key's last
@@ -329,18 +423,17 @@ def _resolve_unchanged(
     after it, from another partition). Both passes are linear in the batch (a chain of updates
     copies the value one step at a time; only chains of primary-key changes are followed).
     """
+    if not unresolved:
+        return
     last: dict[str, dict[str, Any]] = {}
     pending = iter(unresolved)
     nxt = next(pending, None)
-    by_seq = sorted(((v[1], rk, v[2], v[3]) for rk, vs in versions.items() for v in vs), key=lambda t: t[0])
-    for seq, rk, row, old_rk in by_seq:
+    for seq, rk, row, old_rk in arrivals:
         if nxt is not None and nxt[1] == seq:
-            lsn = nxt[0]
+            lsn, names = nxt[0], nxt[5]
             nxt = next(pending, None)
             prev = last.get(rk)
-            for name, value in list(row.items()):
-                if value is not UNCHANGED:
-                    continue
+            for name in names:
                 if old_rk is not None:
                     row[name] = _FromKey(old_rk, lsn)
                 elif prev is None:
@@ -350,8 +443,9 @@ def _resolve_unchanged(
                 else:
                     row[name] = prev.get(name)
         last[rk] = row
-    for _, _, _, row, _ in unresolved:
-        for name, value in list(row.items()):
+    for _, _, _, row, _, names in unresolved:
+        for name in names:
+            value = row[name]
             if isinstance(value, _FromKey):
                 row[name] = _old_value(versions, value, name)
 
@@ -483,6 +577,10 @@ def to_arrow(
     a change older than the row's stored version (``_event_lsn``) is dropped, as it would lose
     there anyway, so it moves nothing.
     """
+    if types_from is None:  # the plain batch, column by column
+        fast = columnar(changes, key_fields, partition_fields, stored_locations is not None)
+        if fast is not None:
+            return fast
     fields, schema_keys = batch_schema(changes if types_from is None else types_from)
     keys = list(key_fields) if key_fields is not None else schema_keys
     types = {f.name: f.type for f in fields}
@@ -498,7 +596,9 @@ def to_arrow(
     # every version of a key in this batch: (lsn, arrival, row, old key of a primary-key change)
     versions: dict[str, list[tuple[int, int, dict[str, Any], str | None]]] = {}
     key_images: dict[str, dict[str, Any]] = {}
-    unresolved: list[tuple[int, int, str, dict[str, Any], str | None]] = []
+    arrivals: list[tuple[int, str, dict[str, Any], str | None]] = []  # the versions in arrival order
+    # versions with unchanged TOASTed values: (lsn, arrival, key, row, old key, the unchanged columns)
+    unresolved: list[tuple[int, int, str, dict[str, Any], str | None, list[str]]] = []
     moved: set[str] = set()  # keys whose row moves to another partition in this batch
     # a TRUNCATE's deletes of the stored keys: (their key and partition columns, the delete's meta)
     stored_deletes: list[tuple[pa.Table | None, dict[str, Any]]] = []
@@ -511,12 +611,19 @@ def to_arrow(
             table_id = next((ch.event.table_id for ch in changes if ch.event.table_id), "")
             raise (e if str(e).startswith(f"{table_id}: ") else RowError(f"{table_id}: {e}")) from None
 
+    row_dict = _row_plans(types)
+    shards: dict[str, str | None] = {}
+
     def meta(ev: pb.ChangeEvent, op: str, deleted: bool) -> dict[str, Any]:
         src = ev.source
+        table_id = ev.table_id
+        shard = shards.get(table_id)
+        if shard is None:
+            shard = shards[table_id] = table_id.split(".", 1)[0] if table_id else None
         return {
             OP_COL: op,
             PROCESSED_TS_COL: src.processed_ts_ms or None,
-            SHARD_COL: ev.table_id.split(".", 1)[0] if ev.table_id else None,
+            SHARD_COL: shard,
             ORIGIN_TS_COL: src.source_ts_ms or None,
             TX_ID_COL: src.tx_id or None,
             LSN_COL: SNAPSHOT_ORDERING if ev.op == pb.OPERATION_READ else src.lsn,
@@ -525,14 +632,24 @@ def to_arrow(
         }
 
     def key_of(image: dict[str, Any]) -> str:
+        if len(key_names) == 1:
+            return repr(image.get(key_names[0]))
         return "\x00".join(repr(image.get(k)) for k in key_names)
 
     def add_row(rk: str, row: dict[str, Any], old_rk: str | None = None) -> None:
-        key_images.setdefault(rk, {k: row.get(k) for k in key_names})
-        version = (row[LSN_COL] or 0, len(rows), row, old_rk)
-        versions.setdefault(rk, []).append(version)
-        if not row[DELETED_COL] and any(v is UNCHANGED for v in row.values()):
-            unresolved.append((version[0], version[1], rk, row, old_rk))
+        if rk not in key_images:
+            key_images[rk] = {k: row.get(k) for k in key_names}
+        seq = len(rows)
+        version = (row[LSN_COL] or 0, seq, row, old_rk)
+        found = versions.get(rk)
+        if found is None:
+            versions[rk] = [version]
+        else:
+            found.append(version)
+        arrivals.append((seq, rk, row, old_rk))
+        if not row[DELETED_COL] and UNCHANGED in row.values():  # compared by identity
+            names = [name for name, value in row.items() if value is UNCHANGED]
+            unresolved.append((version[0], seq, rk, row, old_rk, names))
         rows.append(row)
 
     def ordering(ev: pb.ChangeEvent) -> int:
@@ -574,10 +691,11 @@ def to_arrow(
                 for at in where:
                     where[at] = []
             return
-        if ev.op not in OPS:
-            raise RowError(f"{ev.table_id}: operation {pb.Operation.Name(ev.op)} is not handled here")
-        before = _row_dict(ev.before, ev.schema, types) if ev.HasField("before") else None
-        if ev.op == pb.OPERATION_DELETE:
+        op = ev.op
+        if op not in OPS:
+            raise RowError(f"{ev.table_id}: operation {pb.Operation.Name(op)} is not handled here")
+        before = row_dict(ev, ev.before) if ev.HasField("before") else None
+        if op == pb.OPERATION_DELETE:
             image = {k: v for k, v in (before or {}).items() if v is not UNCHANGED}
             key_cols = key_columns(ev.schema)
             for col_name, value in zip(key_cols, ev.key.values, strict=False):
@@ -588,14 +706,14 @@ def to_arrow(
             delete_rows(image, ev, ev.record_key if synthetic else key_of(image))
             return
         if not ev.HasField("after"):
-            raise RowError(f"{ev.table_id}: {pb.Operation.Name(ev.op)} without an after image")
-        after = _row_dict(ev.after, ev.schema, types)
+            raise RowError(f"{ev.table_id}: {pb.Operation.Name(op)} without an after image")
+        after = row_dict(ev, ev.after)
         if synthetic:
             after[SYNTHETIC_KEY_COL] = ev.record_key
         rk = ev.record_key if synthetic else key_of(after)
-        at = _location_key(after, key_names)
+        at = _location_key(after, key_names) if where is not None else ""
         stored_at = where.get(at, []) if where is not None else []
-        if any(o is not None and o > ordering(ev) for _, o in stored_at):
+        if stored_at and any(o is not None and o > ordering(ev) for _, o in stored_at):
             return  # older than the key's row (stored or earlier in the batch): it loses and moves nothing
         old_rk = None
         old_whole_row = _old_row_key(ev) if synthetic else None
@@ -603,7 +721,7 @@ def to_arrow(
             gone: dict[str, Any] = {SYNTHETIC_KEY_COL: old_whole_row}
             gone.update({p: before.get(p) for p in part_names if before and before.get(p) is not UNCHANGED})
             delete_rows(gone, ev, old_whole_row)
-        if not synthetic and ev.op == pb.OPERATION_CREATE and ev.old_key.values:
+        if not synthetic and op == pb.OPERATION_CREATE and ev.HasField("old_key") and ev.old_key.values:
             cols = {c.name: c for c in ev.schema.columns}
             old = {
                 k: _py(v, cols[k], types[k])
@@ -612,7 +730,7 @@ def to_arrow(
             old_rk = key_of(old) if key_of(old) != rk else None
             if old_rk is not None:
                 key_images.setdefault(old_rk, old)  # its stored row may be read below
-        if before is not None and not synthetic and ev.op == pb.OPERATION_UPDATE:
+        if before is not None and not synthetic and op == pb.OPERATION_UPDATE:
             old = {k: before.get(k) for k in keys}
             if all(v is not UNCHANGED for v in old.values()) and key_of(old) != rk:
                 old_rk = key_of(old)
@@ -620,7 +738,7 @@ def to_arrow(
                 if where is None:
                     old.update({p: before.get(p) for p in part_names if before.get(p) is not UNCHANGED})
                 delete_rows(old, ev, old_rk)
-        for name, value in list(after.items()):
+        for name, value in list(after.items()) if UNCHANGED in after.values() else ():
             if value is not UNCHANGED:
                 continue
             if name in part_names and stored_at:  # a TOASTed partition value: where the row is
@@ -637,7 +755,7 @@ def to_arrow(
                     rows.append(gone_row)
                     moved.add(rk)
             where[at] = [(target, ordering(ev))]
-        after.update(meta(ev, OPS[ev.op], False))
+        after.update(meta(ev, OPS[op], False))
         add_row(rk, after, old_rk)
 
     for ch in changes:
@@ -648,9 +766,12 @@ def to_arrow(
             named = not table_id or str(e).startswith(f"{table_id}: ")
             raise (e if named else RowError(f"{table_id}: {e}")) from None
 
-    _resolve_unchanged(versions, unresolved)
+    _resolve_unchanged(versions, arrivals, unresolved)
     lookups = [
-        (r, name, v) for _, _, _, r, _ in unresolved for name, v in r.items() if isinstance(v, _Stored)
+        (r, name, r[name])
+        for _, _, _, r, _, names in unresolved
+        for name in names
+        if isinstance(r[name], _Stored)
     ]
     if lookups:
         needed = []
@@ -687,10 +808,7 @@ def to_arrow(
     if synthetic:
         out_fields.append(pa.field(SYNTHETIC_KEY_COL, pa.string(), True))
     out_fields.extend(f for f in META_FIELDS if f.name not in types)
-    columns: dict[str, list[Any]] = {f.name: [] for f in out_fields}
-    for r in rows:
-        for f in out_fields:
-            columns[f.name].append(r.get(f.name))
+    columns = {f.name: [r.get(f.name) for r in rows] for f in out_fields}  # column by column
     table_id = next((ch.event.table_id for ch in changes if ch.event.table_id), "")
     arrays = [_column_array(table_id, f, columns[f.name]) for f in out_fields]
     out = pa.Table.from_arrays(arrays, schema=pa.schema(out_fields))

@@ -371,7 +371,7 @@ class Writer:
             kind = record.WhichOneof("record")
             if kind == "change":
                 ev = record.change
-                entry.change = Change(ev, partition, offset)
+                entry.change = Change(ev, partition, offset, raw=value)
                 entry.tx_id = ev.transaction.id or None if ev.HasField("transaction") else None
             elif kind == "transaction":
                 tx = record.transaction

@@ -1,0 +1,169 @@
+"""CPU per row of the two conversions on a change's way into the lake (issue #23 item 4).
+
+    .venv/bin/python benchmarks/conversion.py [--rows 20000] [--profile writer|json|avro]
+
+One process, no Kafka, no table (CPU seconds of this process, ``time.process_time``):
+
+- ``writer``: what the writer does with a batch of ``inlet.changes.<table>`` values: parse every
+  ``ChangeRecord`` (``FromString``) and turn the batch into the upsert's Arrow table
+  (:func:`inlet.services.writer.rows.to_arrow`, no table lookups: ``current_rows`` finds nothing).
+  The batch: the 20-column table of ``benchmarks/cdc_consumer.py`` (int, bigint, text, numeric(12,2),
+  double, boolean, date, timestamp, timestamptz, jsonb, uuid, text[], smallint, real, bytea) decoded
+  by the CDC consumer's own :class:`~inlet.services.cdc_consumer.Decoder` from Debezium JSON, 5,000
+  keys: inserts, then updates whose ``doc`` and ``note`` are TOAST-unchanged every other time (so
+  both the batch's earlier version and the stored-row placeholder are exercised), nulls in ``note``,
+  and every tenth change a delete (key only, as under REPLICA IDENTITY DEFAULT).
+- ``cdc json`` / ``cdc avro``: :meth:`Decoder.decode` of every record (the CDC consumer's decode and
+  convert, no Kafka): the JSON events above (JsonConverter with schemas) and the recorded Confluent
+  Avro events of ``../shared/testdata/debezium`` (8 columns); plus the change's serialisation
+  (``SerializeToString``), which the service does for every change it produces.
+
+``--profile`` runs one part under cProfile and prints its top functions instead.
+
+Results on this machine (2 cores shared with other work: +-10 %), 20,000 rows, CPU µs per row (rows
+per CPU second); before = the code this benchmark was written against (commit ab1d126):
+
+=========================================  ==================  ==================
+part                                       before              after
+=========================================  ==================  ==================
+writer: parse + to_arrow (20 columns)      56.1 (17,800/s)     13.5 (73,900/s)
+  parse (ChangeRecord.FromString)          5.2                 5.4
+  to_arrow, row by row                     51.8                33.1
+  to_arrow, column by column               --                  7.7 (130,000/s)
+cdc json: decode + encode (20 columns)     28.2 (35,400/s)     24.6 (40,600/s)
+cdc avro: decode + encode (8 columns)      41.4 (24,100/s)     38.9 (25,700/s)
+=========================================  ==================  ==================
+
+Where the rest goes: the writer's column path spends ~2.5 µs a row on parsing the batch again
+(and checking it has one schema), ~3 µs on decoding the 20 columns' cells into Python lists (~0.1 µs
+a value; the list column ~1 µs) and ~1.5 µs on Arrow arrays and the meta columns; the per-record
+parse stays (the service needs each event to route it). The CDC consumer builds each ``Value`` with one protobuf call
+(~0.4 µs each, 20 a row) and copies the 20-column schema into every event; the Avro path's floor is
+``fastavro.schemaless_reader`` itself (~16 µs a record here, mostly its per-call schema handling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cdc_consumer import MemoryRegistry, avro_events, json_events
+
+from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.cdc_consumer.decode import Decoder
+from inlet.services.writer.rows import Change, to_arrow
+
+TOASTED = ("doc", "note")
+#: the writer service keeps each record's bytes (the column-by-column conversion needs them)
+KEEP_RAW = "raw" in getattr(Change, "__dataclass_fields__", {})
+
+
+def writer_values(n: int) -> list[bytes]:
+    """``n`` serialised ``ChangeRecord``s of the 20-column table, as the writer reads them."""
+    topic, pairs = json_events(n, "bench")
+    decoder = Decoder()
+    out = []
+    for i, (k, v) in enumerate(pairs):
+        (record,) = decoder.decode(topic, 0, i, k, v)
+        ev = record.change
+        names = [c.name for c in ev.schema.columns]
+        if i >= 5000 and i % 10 == 9:  # a delete: the key only
+            ev.op = pb.OPERATION_DELETE
+            ev.ClearField("after")
+            ev.before.SetInParent()
+            for j, _ in enumerate(names):
+                ev.before.values.add().CopyFrom(ev.key.values[0] if j == 0 else pb.Value())
+        elif ev.op == pb.OPERATION_UPDATE and i % 2 == 0:
+            for name in TOASTED:
+                ev.after.values[names.index(name)].unchanged.SetInParent()
+        out.append(record.SerializeToString())
+    return out
+
+
+def parse(values: list[bytes], keep_raw: bool) -> list[Change]:
+    """The writer service's parse of each record (it keeps the bytes: ``Change.raw``)."""
+    if not keep_raw:  # the row-by-row conversion (and code before Change.raw)
+        return [Change(pb.ChangeRecord.FromString(v).change, 0, i) for i, v in enumerate(values)]
+    return [Change(pb.ChangeRecord.FromString(v).change, 0, i, raw=v) for i, v in enumerate(values)]  # type: ignore[call-arg]
+
+
+def convert(changes: list[Change]) -> Any:
+    return to_arrow(changes, key_fields=["id"], current_rows=lambda images: [])
+
+
+def writer_run(values: list[bytes]) -> Any:
+    return convert(parse(values, KEEP_RAW))
+
+
+def cdc_run(decoder: Decoder, topic: str, pairs: list[tuple[bytes | None, bytes]]) -> None:
+    for i, (k, v) in enumerate(pairs):
+        for record in decoder.decode(topic, 0, i, k, v):
+            record.SerializeToString()
+
+
+def per_row(fn: Callable[[], Any], n: int, repeat: int = 3) -> float:
+    """The best of ``repeat`` runs, in CPU microseconds per row."""
+    best = float("inf")
+    for _ in range(repeat):
+        c0 = time.process_time()
+        fn()
+        best = min(best, time.process_time() - c0)
+    return best / n * 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=20_000, help="rows (events) per part (default 20000)")
+    ap.add_argument("--profile", choices=("writer", "json", "avro"), help="profile one part instead")
+    args = ap.parse_args(argv)
+    n = args.rows
+    values = writer_values(n)
+    topic, jpairs = json_events(n, "bench")
+    registry = MemoryRegistry()
+    atopic, apairs = avro_events(n, "bench")
+    parts: dict[str, Callable[[], Any]] = {
+        "writer": lambda: writer_run(values),
+        "json": lambda: cdc_run(json_decoder, topic, jpairs),
+        "avro": lambda: cdc_run(avro_decoder, atopic, apairs),
+    }
+    json_decoder, avro_decoder = Decoder(), Decoder(schema_registry=registry)
+    cdc_run(json_decoder, topic, jpairs[:10])  # plans and schemas built outside the timing
+    cdc_run(avro_decoder, atopic, apairs[:10])
+    if args.profile:
+        prof = cProfile.Profile()
+        prof.runcall(parts[args.profile])
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        return 0
+    parsed = parse(values, KEEP_RAW)
+    unkept = parse(values, False)
+    rows: list[tuple[str, float | None]] = [
+        ("writer: parse + to_arrow (20 columns)", per_row(parts["writer"], n)),
+        ("  parse (ChangeRecord.FromString)", per_row(lambda: parse(values, KEEP_RAW), n)),
+        ("  to_arrow, row by row (no Change.raw)", per_row(lambda: convert(unkept), n)),
+        (
+            "  to_arrow, column by column (Change.raw)",
+            per_row(lambda: convert(parsed), n) if KEEP_RAW else None,
+        ),
+        ("cdc json: decode + encode (20 columns)", per_row(parts["json"], n)),
+        ("cdc avro: decode + encode (8 columns)", per_row(parts["avro"], n)),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'part':<{width}}  {'µs/row CPU':>10}  {'rows/CPU-s':>10}")
+    for name, us in rows:
+        if us is None:
+            print(f"{name:<{width}}  {'-':>10}  {'-':>10}")
+        else:
+            print(f"{name:<{width}}  {us:>10.1f}  {1e6 / us:>10,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
