@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import subprocess
 from typing import Any
 
@@ -22,11 +21,11 @@ from cdc_helpers import (
     wait_for,
 )
 from confluent_kafka import KafkaError, Producer
+from support.cli import run_inlet
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer import service as service_module
 from inlet.services.cdc_consumer.decode import Decoder
-from inlet.services.cli.main import main
 from inlet.services.stack import EmbeddedKafka
 
 BUG_MARKER = b'{"trigger":"decoder bug"}'
@@ -43,18 +42,7 @@ class BuggyDecoder(Decoder):
         return super().decode(topic, partition, offset, key, value, headers)
 
 
-def _inlet(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``inlet <args>`` through the CLI's ``main`` in this process: exit status, stdout, stderr."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    finally:  # main configures the root logger for the command: put the test's back
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    out, err = capsys.readouterr()
-    return code, out, err
+_inlet = run_inlet
 
 
 def test_bad_records_go_to_the_dead_letters_with_their_reason(

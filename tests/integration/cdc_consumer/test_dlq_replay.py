@@ -5,30 +5,21 @@ second replay publishes nothing twice (what was replayed is recorded in a topic)
 from __future__ import annotations
 
 import json
-import logging
 import time
 
 import pytest
 from cdc_helpers import unique_prefix
+from support.cli import run_inlet
 
 from inlet.services import dead_letters
 from inlet.services.cli.dlq import read_dead_letters
-from inlet.services.cli.main import main
 from inlet.services.stack import EmbeddedKafka
 
 IDLE = ("--idle-ms", "800")
 
 
 def inlet(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[dict], str]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    finally:  # main configures the root logger for the command: put the test's back
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    out, err = capsys.readouterr()
+    code, out, err = run_inlet(capsys, *args)
     return code, [json.loads(line) for line in out.splitlines()], err
 
 
