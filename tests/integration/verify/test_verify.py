@@ -323,3 +323,60 @@ def test_the_repair_point_waits_for_the_transactions_running_at_it(
     finally:
         other.close()
         reader.close()
+
+
+def test_repair_of_a_partitioned_table_moves_a_row_whose_partition_changed_never_copies_it(
+    pg_url: str,
+    coordinator: RunningServer,
+    lake: Path,
+    slot: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The lake row sits in its old partition; the repaired table has it once, in the new one."""
+    with psycopg.connect(pg_url) as conn:
+        conn.execute(
+            "CREATE TABLE shops (id int PRIMARY KEY, region text NOT NULL, v int);"
+            "INSERT INTO shops SELECT g, CASE WHEN g % 2 = 0 THEN 'east' ELSE 'west' END, g"
+            " FROM generate_series(1, 40) g"
+        )
+    config = tmp_path / "tables.json"
+    config.write_text(json.dumps([{"match": "*.public.shops", "partition_by": "region", "index": "simple"}]))
+    rules = tables.load_rules(str(config))
+    with CoordinatorClient(coordinator.address) as client:
+        initial_load.load(
+            pg_url,
+            ["public.shops"],
+            client=client,
+            lake_root=str(lake),
+            topic_prefix="srv",
+            slot=slot,
+            publication=slot + "_pub",
+            rules=rules,
+        )
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE shops SET region = 'north', v = -7 WHERE id IN (3, 4)")  # moved partitions
+        dbname = conn.info.dbname
+    base = [
+        "--source",
+        pg_url,
+        "--lake",
+        str(lake),
+        "--tables",
+        "public.shops",
+        "--table-config",
+        str(config),
+    ]
+
+    code, out = _verify(capsys, *base, "--json", "--repair", "--coordinator", coordinator.address)
+    assert code == 0, out
+    assert _report(out)["public.shops"]["status"] == "repaired", out
+
+    table = HudiTable.open(str(lake / dbname / "public" / "shops"))
+    assert table.partition_fields == ("region",)
+    rows = table.read(columns=["id", "region", "v"], meta_columns=False).to_pylist()
+    moved = sorted((r["id"], r["region"], r["v"]) for r in rows if r["id"] in (3, 4))
+    assert moved == [(3, "north", -7), (4, "north", -7)]  # once each, where the source has them
+    assert len(rows) == 40
+    code, out = _verify(capsys, *base, "--json")
+    assert code == 0 and _report(out)["public.shops"]["status"] == "equal", out

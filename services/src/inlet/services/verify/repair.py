@@ -2,7 +2,9 @@
 
 For the differing keys the source's current rows are read (rendered as the initial load renders
 them) and upserted as Debezium ``r`` rows; keys the source no longer holds are deleted the way the
-writer deletes (``_hoodie_is_deleted`` rows in the same upsert, op ``d``). Every row carries, as
+writer deletes (``_hoodie_is_deleted`` rows in the same upsert, op ``d``), and so is the stored
+copy of a key the source now holds in another partition (a partitioned table: the row is moved,
+never copied). Every row carries, as
 ``_event_lsn``, the source's WAL position taken before the rows are read
 (:meth:`SourceReader.repair_point`), so with the table's EVENT_TIME_ORDERING a repair row wins over
 the stale lake row and loses to any change that streams in after it. Columns the source side does
@@ -117,7 +119,8 @@ def repair(
     upserts = with_event_columns(_with_lake_columns(rows, lake, st.keys, others), lsn, prefix)
     in_source = np.isin(row_hashes(lake, st.keys), row_hashes(rows, st.keys)) if rows.num_rows else None
     gone = lake if in_source is None else lake.filter(pa.array(~in_source))
-    deletes = _as_deletes(with_event_columns(gone, lsn, prefix))
+    moved = _moved(lake, rows, st.keys, hudi.partition_fields, in_source)
+    deletes = _as_deletes(with_event_columns(pa.concat_tables([gone, moved]), lsn, prefix))
     data = pa.concat_tables([upserts, deletes], promote_options="default")
     if data.num_rows == 0:
         return Repair(None, 0, 0, lsn, "none", table_id)
@@ -136,6 +139,24 @@ def repair(
         **done.as_json(),
     )
     return done
+
+
+def _moved(
+    lake: pa.Table,
+    rows: pa.Table,
+    keys: Sequence[str],
+    partition_fields: Sequence[str],
+    in_source: np.ndarray | None,
+) -> pa.Table:
+    """The stored rows of keys the source now holds in another partition: deleted where they are,
+    in the repair's commit, while the source's row is written into its own partition (what the
+    writer's global index does with a partition-moving update). An upsert alone would leave the old
+    copy, and the key twice in the table."""
+    if in_source is None or not partition_fields or not set(partition_fields) <= set(lake.column_names):
+        return lake.slice(0, 0)
+    placed = [*keys, *partition_fields]
+    same_place = np.isin(row_hashes(lake, placed), row_hashes(rows, placed))
+    return lake.filter(pa.array(in_source & ~same_place))
 
 
 def _with_lake_columns(
