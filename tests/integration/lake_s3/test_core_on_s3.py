@@ -199,6 +199,52 @@ def _pid_ns() -> str:
     return os.readlink("/proc/self/ns/pid")
 
 
+def _held(t: HudiTable) -> dict[str, Any]:
+    held: dict[str, Any] = json.loads(t.storage.read_bytes(LOCK_PATH))
+    return held
+
+
+def test_a_long_commit_renews_its_lock_so_a_writer_elsewhere_does_not_break_it(
+    s3_lake: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """With a 1 s lease this process holds the lock for several leases; a writer elsewhere (another
+    process and temp directory) finds the lease renewed, waits, and gives up instead of breaking it."""
+    t = HudiTable.create(s3_lake, name="trips", record_key="id", ordering_field="ts")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("INLET_S3_LOCK_LEASE_S", "1")
+    monkeypatch.setenv("INLET_S3_LOCK_WAIT_S", "1.5")
+    with table_lock(t.storage):
+        first = _held(t)
+        # the lease is the thing under test: wait until the first one is a second past its end
+        time.sleep(max(0.0, first["expires_ms"] / 1000 + 1 - time.time()))
+        assert run_python(_LOCKED_WRITE, s3_lake) == 3  # timed out waiting: the lock was not broken
+        now = _held(t)
+        assert now["id"] == first["id"] and now["expires_ms"] > first["expires_ms"] + 1000
+    assert not t.storage.exists(LOCK_PATH)  # released: the renewals kept its ETag in step
+    assert not t.load_timeline().instants  # the other writer wrote nothing
+
+
+def test_an_expired_lock_of_a_dead_writer_elsewhere_is_broken(
+    s3_lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock left by a writer on another machine (its pid cannot be checked) is taken over once its
+    lease expired, and not before."""
+    t = HudiTable.create(s3_lake, name="trips", record_key="id", ordering_field="ts")
+    monkeypatch.setenv("INLET_S3_LOCK_WAIT_S", "30")
+    left = {
+        "host": "another-machine",
+        "pid": 4242,
+        "pid_ns": None,
+        "id": "dead",
+        "expires_ms": int(time.time() * 1000) + 1500,
+    }
+    t.storage.write_atomic(LOCK_PATH, json.dumps(left).encode())
+    t.write(trips([7], ["sf"], 9, "w"), operation="upsert")
+    assert time.time() * 1000 >= left["expires_ms"]  # it waited for the lease to run out
+    assert [r["id"] for r in rows(HudiTable.open(s3_lake).read())] == [7]
+    assert not t.storage.exists(LOCK_PATH)
+
+
 def test_local_lock_writers_are_refused_on_a_store_without_conditional_writes(
     s3_options: S3Options, s3_lake: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
