@@ -15,11 +15,12 @@ import pytest
 from support import hudi_rs
 from support.tables import rows, run_python, trips
 
-from inlet.core import HudiTable, faults
+from inlet.core import HudiTable, faults, storage_requests
 from inlet.core.commit.locks import LOCK_PATH, table_lock
 from inlet.core.errors import UnsupportedError
 from inlet.core.s3 import ConditionalS3, S3Options
 from inlet.core.storage import Storage
+from inlet.core.storage_requests import RequestCounts
 from inlet.services.stack.s3 import EmbeddedS3
 
 
@@ -305,3 +306,33 @@ def test_services_expose_the_object_store_requests_as_a_metric(s3_lake: str) -> 
     finally:
         endpoint.stop()
     assert f'inlet_object_store_requests_total{{bucket="lake",kind="GET"}} {float(gets)}' in text, text
+
+
+def test_a_commits_requests_do_not_grow_with_the_tables_age(
+    s3_lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every commit upserts into a partition of its own, and archive runs between commits as the
+    table services do. Counted with 10-key LIST pages (S3's are 1,000 keys: a listing that grows
+    shows here at 50 commits as it would on S3 at 5,000), the 50th commit costs no more requests
+    than the 10th (ten commits around each, averaged): it lists only the partition it writes and an active timeline archive keeps short."""
+    monkeypatch.setattr(storage_requests, "LIST_PAGE", 10)
+    t = HudiTable.create(s3_lake, name="trips", record_key="id", ordering_field="ts", partition_by="city")
+    counts = t.storage.requests
+    assert counts is not None
+    per_commit: dict[int, dict[str, int]] = {}
+    for i in range(1, 51):
+        before = counts.snapshot()
+        t.write(trips([i], [f"c{i:02d}"], i, "w"), operation="upsert")
+        per_commit[i] = RequestCounts.diff(counts.snapshot(), before)
+        t.archive({"hoodie.keep.min.commits": "3", "hoodie.keep.max.commits": "5"})
+
+    def window(last: int, kind: str | None = None) -> int:
+        """Requests of the ten commits up to ``last`` (archive trims the timeline in a sawtooth)."""
+        return sum(
+            sum(c.values()) if kind is None else c[kind]
+            for c in map(per_commit.get, range(last - 9, last + 1))
+            if c
+        )
+
+    assert window(50) <= window(15), {i: per_commit[i] for i in (10, 50)}
+    assert window(50, "LIST") <= window(15, "LIST"), {i: per_commit[i] for i in (10, 50)}
