@@ -66,11 +66,6 @@ CREATE TABLE order_lines (
     PRIMARY KEY (order_id, line)
 );
 """
-#: why the S3 demo runs without catalog sync
-S3_CATALOG_GAP = (
-    "the stack's embedded Hive Metastore (Hive 2.3 from PySpark's jars) has no S3A file system "
-    "(hadoop-aws), so it refuses the s3a:// locations catalog sync registers"
-)
 META_PREFIXES = ("_hoodie_", "_event_", "_change_", "_upstream_")
 
 
@@ -424,7 +419,9 @@ def show_catalog(uri: str, database: str, timeout_s: float = 60) -> None:
                     for name in sorted(names):
                         table = client.get_table(hive_db, name)
                         fmt = table.sd.inputFormat.rsplit(".", 1)[-1]
-                        _say(f"   {hive_db}.{name:<16} {len(table.sd.cols):>3} columns  {fmt}")
+                        _say(
+                            f"   {hive_db}.{name:<16} {len(table.sd.cols):>3} columns  {fmt}  {table.sd.location}"
+                        )
                     return
         time.sleep(1)
     raise DemoFailed(f"catalog sync registered {sorted(names)} in {hive_db}, expected {sorted(wanted)}")
@@ -437,8 +434,6 @@ def run(directory: Path, engine: str, scale: int, lake_option: str = "local") ->
         f"Starting the stack in {directory} (PostgreSQL, Kafka, Debezium, coordinator, CDC consumer, writer)",
     )
     up = ["stack", "up", "--dir", str(directory), "--engine", engine, "--lake", lake_option]
-    if lake_option != "local":
-        up.append("--no-catalog")  # see S3_CATALOG_GAP
     addresses = json.loads(_inlet(*up).strip().splitlines()[-1])
     url = addresses["postgres"]["url"]
     lake = addresses["lake"]
@@ -473,9 +468,6 @@ def run(directory: Path, engine: str, scale: int, lake_option: str = "local") ->
         _heading("5", "Commit events a Kafka subscriber sees")
         show_commit_events(addresses["kafka"]["bootstrap"])
 
-        if lake_option != "local":
-            _heading("6", "The Hive Metastore: not run with the lake on S3")
-            _say(f"   {S3_CATALOG_GAP}")
         if "metastore" in addresses:
             _heading(
                 "6", "The Hive Metastore, kept in step by catalog sync (Merge-on-Read: <t>, <t>_ro, <t>_rt)"
