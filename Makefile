@@ -9,7 +9,7 @@ LINT_PATHS := core proto services tests $(wildcard benchmarks)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
-.PHONY: install demo test test-fast check bench clean proto docs
+.PHONY: install demo demo-s3 test test-fast check bench clean proto docs
 
 # Bootstrap uv into a private tools venv (works where the system pip is externally managed),
 # then install the whole workspace from the lock file into .venv.
@@ -23,8 +23,14 @@ install: $(UV)
 	$(UV) sync --locked --all-packages --python $(PYTHON)
 	@test -x $(VENV)/bin/inlet
 
+# LAKE=s3 (or `make demo-s3`): the lake in the stack's own SeaweedFS bucket, read and checked over S3;
+# LAKE=s3://BUCKET/PREFIX: an external store (AWS_* environment).
+LAKE ?= local
 demo: install
-	$(VENV)/bin/python -m inlet.services.demo
+	$(VENV)/bin/python -m inlet.services.demo --lake $(LAKE)
+
+demo-s3: LAKE := s3
+demo-s3: demo
 
 check: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)

@@ -1,15 +1,22 @@
-"""Requests per commit on S3 (SeaweedFS, embedded) as a table ages, and wall time per commit against
-a local lake.
+"""Requests on S3 (SeaweedFS, embedded) per commit as a table ages, per snapshot read and per
+table-services run, and wall time per commit against a local lake.
 
 Run ``.venv/bin/python benchmarks/s3_requests.py --help``.
 
-One table per store (``--table-type``, non-partitioned, 4 rows upserted per commit, the local commit
-protocol: its lock is an S3 object) takes ``--commits`` commits in a row; with ``--services-every N``
-compaction (MOR), clean and archive run every N commits, as the table services would. For each checkpoint in
-``--at`` (default 10,100) the row shows the requests and wall time of the commits just before it
-(``--window`` commits, averaged): requests by kind as counted by the storage layer, the table lock's
-conditional PUT and DELETE included (a LIST per 1,000 entries; a file opened for reading is one GET,
-although pyarrow may read a large Parquet file in a few ranges). Prints a table, then one JSON object.
+One table per store (``--table-type``; ``--partitions`` partitions, each commit upserting 4 rows into
+one of them in turn; the local commit protocol, whose lock is an S3 object) takes ``--commits``
+commits in a row; every ``--services-every`` commits compaction (MOR), clean and archive run, as the
+table services would (archive keeps the active timeline short, as Apache Hudi's does). At each
+checkpoint in ``--at`` (default 10,100,1000) the report shows:
+
+- ``commit``: the requests and wall time of the ``--window`` commits just before it, averaged;
+- ``snapshot read``: opening the table afresh and reading all of it;
+- ``compaction`` (MOR), ``clean``, ``archive``: one run of each, right then.
+
+Requests by kind as counted by the storage layer (:mod:`inlet.core.storage_requests`), the table
+lock's conditional PUT and DELETE included: a LIST per 1,000 keys listed, a file opened for reading
+one GET (pyarrow may read a large Parquet file in a few ranges more). The local lake's column is
+wall time only (no requests). Prints a table, then one JSON object.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -28,51 +36,92 @@ from inlet.core.s3 import S3Options
 from inlet.core.storage_requests import KINDS, RequestCounts
 from inlet.services.stack.s3 import EmbeddedS3
 
+SERVICES = {"hoodie.compact.inline.max.delta.commits": "5", "hoodie.clean.commits.retained": "10"}
+ARCHIVE = {"hoodie.keep.min.commits": "20", "hoodie.keep.max.commits": "30"}
 
-def _batch(i: int) -> pa.Table:
+
+def _batch(i: int, partitions: int) -> pa.Table:
     ids = [(i * 4 + k) % 64 for k in range(4)]
-    return pa.table({"id": ids, "ts": [i] * 4, "name": [f"v{i}"] * 4})
+    return pa.table({"id": ids, "ts": [i] * 4, "name": [f"v{i}"] * 4, "part": [f"p{i % partitions:03d}"] * 4})
 
 
-def _run(
-    uri: str, table_type: str, commits: int, at: list[int], window: int, services_every: int
-) -> dict[int, dict[str, Any]]:
-    table = HudiTable.create(uri, name="bench", record_key="id", ordering_field="ts", table_type=table_type)
-    counts = table.storage.requests
-    out: dict[int, dict[str, Any]] = {}
-    marks: dict[int, tuple[dict[str, int], float]] = {}
-    for i in range(1, commits + 1):
-        if i in {a - window + 1 for a in at}:
-            marks[i] = (counts.snapshot() if counts else {}, time.perf_counter())
-        table.write(_batch(i), operation="upsert")
-        if i in at:
-            before, t0 = marks[i - window + 1]
-            row: dict[str, Any] = {"wall_ms": 1000 * (time.perf_counter() - t0) / window}
-            if counts is not None:
-                diff = RequestCounts.diff(counts.snapshot(), before)
-                row.update({k: diff[k] / window for k in KINDS})
-                row["total"] = sum(diff.values()) / window
-            out[i] = row
-        if services_every and i % services_every == 0:  # as table services would, between windows
-            if table_type == "MERGE_ON_READ":
-                table.compact({"hoodie.compact.inline.max.delta.commits": "5"})
-            table.clean({"hoodie.clean.commits.retained": "10"})
-            table.archive()
+class _Meter:
+    def __init__(self, counts: RequestCounts | None) -> None:
+        self.counts = counts
+
+    def measure(self, action: Callable[[], object], times: int = 1) -> dict[str, Any]:
+        before = self.counts.snapshot() if self.counts else {}
+        t0 = time.perf_counter()
+        action()
+        row: dict[str, Any] = {"wall_ms": 1000 * (time.perf_counter() - t0) / times}
+        if self.counts is not None:
+            diff = RequestCounts.diff(self.counts.snapshot(), before)
+            row.update({k: diff[k] / times for k in KINDS})
+            row["total"] = sum(diff.values()) / times
+        return row
+
+
+def _services(table: HudiTable, table_type: str) -> dict[str, Callable[[], object]]:
+    out: dict[str, Callable[[], object]] = {}
+    if table_type == "MERGE_ON_READ":
+        out["compaction"] = lambda: table.compact(SERVICES)
+    out["clean"] = lambda: table.clean(SERVICES)
+    out["archive"] = lambda: table.archive(ARCHIVE)
+    return out
+
+
+def _run(uri: str, args: argparse.Namespace, at: list[int]) -> dict[int, dict[str, dict[str, Any]]]:
+    partition_by = "part" if args.partitions > 1 else None
+    table = HudiTable.create(
+        uri,
+        name="bench",
+        record_key="id",
+        ordering_field="ts",
+        table_type=args.table_type,
+        partition_by=partition_by,
+    )
+    meter = _Meter(table.storage.requests)
+    out: dict[int, dict[str, dict[str, Any]]] = {}
+    done = 0
+    for checkpoint in at:
+        # the commits up to the window before this checkpoint, with services every --services-every
+        while done < checkpoint - args.window:
+            done += 1
+            table.write(_batch(done, args.partitions), operation="upsert")
+            if args.services_every and done % args.services_every == 0:
+                for run in _services(table, args.table_type).values():
+                    run()
+        first = done + 1
+
+        def window(first: int = first) -> None:
+            for i in range(first, first + args.window):
+                table.write(_batch(i, args.partitions), operation="upsert")
+
+        rows = {"commit": meter.measure(window, args.window)}
+        done += args.window
+        rows["snapshot read"] = meter.measure(lambda: HudiTable.open(uri).read())
+        for name, run in _services(table, args.table_type).items():
+            rows[name] = meter.measure(run)
+        out[checkpoint] = rows
+        print(f"  {uri}: {checkpoint} commits", flush=True)
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--commits", type=int, default=100)
-    ap.add_argument("--at", default="10,100", help="checkpoints (commit counts), comma-separated")
+    ap.add_argument("--commits", type=int, default=1000, help="commits in all (default 1000)")
+    ap.add_argument("--at", default="10,100,1000", help="checkpoints (commit counts), comma-separated")
     ap.add_argument("--window", type=int, default=5, help="commits averaged before each checkpoint")
     ap.add_argument("--table-type", default="COPY_ON_WRITE", choices=["COPY_ON_WRITE", "MERGE_ON_READ"])
     ap.add_argument(
+        "--partitions", type=int, default=8, help="partitions, written in turn (1: non-partitioned)"
+    )
+    ap.add_argument(
         "--services-every",
         type=int,
-        default=0,
-        help="run compaction (MOR), clean and archive every N commits, outside the measured windows "
-        "(default 0: never, the timeline and the files grow with every commit)",
+        default=10,
+        help="run compaction (MOR), clean and archive every N commits between the measured windows "
+        "(0: never, so the active timeline and the file versions grow with every commit)",
     )
     args = ap.parse_args()
     at = sorted(int(a) for a in args.at.split(","))
@@ -82,24 +131,24 @@ def main() -> None:
         s3.create_bucket("lake")
         opts = S3Options(s3.endpoint, s3.region, s3.access_key, s3.secret_key)
         os.environ.update(opts.to_env())
-        run_args = (args.table_type, args.commits, at, args.window, args.services_every)
-        s3_rows = _run("s3://lake/bench", *run_args)
-        local_rows = _run(f"{tmp}/bench", *run_args)
+        s3_rows = _run("s3://lake/bench", args, at)
+        local_rows = _run(f"{tmp}/bench", args, at)
     kinds = list(KINDS)
     header = (
-        f"{'commits':>8} | "
+        f"{'commits':>7} {'operation':<14}| "
         + " ".join(f"{k:>6}" for k in kinds)
         + f" | {'total':>6} | {'s3 ms':>7} | {'local ms':>8}"
     )
     print(header)
     print("-" * len(header))
     for a in at:
-        r, lo = s3_rows[a], local_rows[a]
-        print(
-            f"{a:>8} | "
-            + " ".join(f"{r[k]:>6.1f}" for k in kinds)
-            + f" | {r['total']:>6.1f} | {r['wall_ms']:>7.1f} | {lo['wall_ms']:>8.1f}"
-        )
+        for op, r in s3_rows[a].items():
+            lo = local_rows[a][op]
+            print(
+                f"{a:>7} {op:<14}| "
+                + " ".join(f"{r[k]:>6.1f}" for k in kinds)
+                + f" | {r['total']:>6.1f} | {r['wall_ms']:>7.1f} | {lo['wall_ms']:>8.1f}"
+            )
     print(json.dumps({**vars(args), "s3": s3_rows, "local": local_rows}))
 
 

@@ -719,3 +719,17 @@ def test_timestamp_and_url_encoded_partitions(tmp_path: Path, hms: RecordingClie
     # a full re-listing agrees with the incremental result
     r = sync(enc, hms, database, **{"hoodie.meta.sync.incremental": "false"})
     assert r["tables"][0]["partition_sync"] == "full" and not r["tables"][0]["changed"]
+
+
+def test_a_table_on_s3_is_registered_at_its_s3a_location(
+    s3_lake: str, hms: RecordingClient, database: str
+) -> None:
+    """Table and partitions at the ``s3a://`` locations HiveSyncTool registers; the embedded metastore
+    (no hadoop-aws in PySpark's jars) records them without reaching the store."""
+    t = HudiTable.create(s3_lake, name="trips", record_key="id", ordering_field="ts", partition_by="city")
+    t.write(rows([1, 2], ["sf", "ny"]), "insert")
+    sync_table(s3_lake, hms, database=database, options={})
+    location = "s3a://" + s3_lake.removeprefix("s3://")
+    assert hms.call("get_table", database, "trips").sd.location == location
+    parts = hms.call("get_partitions", database, "trips", -1)
+    assert sorted(p.sd.location for p in parts) == [f"{location}/ny", f"{location}/sf"]

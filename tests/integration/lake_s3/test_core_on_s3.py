@@ -15,11 +15,12 @@ import pytest
 from support import hudi_rs
 from support.tables import rows, run_python, trips
 
-from inlet.core import HudiTable, faults
+from inlet.core import HudiTable, faults, storage_requests
 from inlet.core.commit.locks import LOCK_PATH, table_lock
 from inlet.core.errors import UnsupportedError
 from inlet.core.s3 import ConditionalS3, S3Options
 from inlet.core.storage import Storage
+from inlet.core.storage_requests import RequestCounts
 from inlet.services.stack.s3 import EmbeddedS3
 
 
@@ -199,6 +200,52 @@ def _pid_ns() -> str:
     return os.readlink("/proc/self/ns/pid")
 
 
+def _held(t: HudiTable) -> dict[str, Any]:
+    held: dict[str, Any] = json.loads(t.storage.read_bytes(LOCK_PATH))
+    return held
+
+
+def test_a_long_commit_renews_its_lock_so_a_writer_elsewhere_does_not_break_it(
+    s3_lake: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """With a 1 s lease this process holds the lock for several leases; a writer elsewhere (another
+    process and temp directory) finds the lease renewed, waits, and gives up instead of breaking it."""
+    t = HudiTable.create(s3_lake, name="trips", record_key="id", ordering_field="ts")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("INLET_S3_LOCK_LEASE_S", "1")
+    monkeypatch.setenv("INLET_S3_LOCK_WAIT_S", "1.5")
+    with table_lock(t.storage):
+        first = _held(t)
+        # the lease is the thing under test: wait until the first one is a second past its end
+        time.sleep(max(0.0, first["expires_ms"] / 1000 + 1 - time.time()))
+        assert run_python(_LOCKED_WRITE, s3_lake) == 3  # timed out waiting: the lock was not broken
+        now = _held(t)
+        assert now["id"] == first["id"] and now["expires_ms"] > first["expires_ms"] + 1000
+    assert not t.storage.exists(LOCK_PATH)  # released: the renewals kept its ETag in step
+    assert not t.load_timeline().instants  # the other writer wrote nothing
+
+
+def test_an_expired_lock_of_a_dead_writer_elsewhere_is_broken(
+    s3_lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock left by a writer on another machine (its pid cannot be checked) is taken over once its
+    lease expired, and not before."""
+    t = HudiTable.create(s3_lake, name="trips", record_key="id", ordering_field="ts")
+    monkeypatch.setenv("INLET_S3_LOCK_WAIT_S", "30")
+    left = {
+        "host": "another-machine",
+        "pid": 4242,
+        "pid_ns": None,
+        "id": "dead",
+        "expires_ms": int(time.time() * 1000) + 1500,
+    }
+    t.storage.write_atomic(LOCK_PATH, json.dumps(left).encode())
+    t.write(trips([7], ["sf"], 9, "w"), operation="upsert")
+    assert time.time() * 1000 >= left["expires_ms"]  # it waited for the lease to run out
+    assert [r["id"] for r in rows(HudiTable.open(s3_lake).read())] == [7]
+    assert not t.storage.exists(LOCK_PATH)
+
+
 def test_local_lock_writers_are_refused_on_a_store_without_conditional_writes(
     s3_options: S3Options, s3_lake: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -259,3 +306,33 @@ def test_services_expose_the_object_store_requests_as_a_metric(s3_lake: str) -> 
     finally:
         endpoint.stop()
     assert f'inlet_object_store_requests_total{{bucket="lake",kind="GET"}} {float(gets)}' in text, text
+
+
+def test_a_commits_requests_do_not_grow_with_the_tables_age(
+    s3_lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every commit upserts into a partition of its own, and archive runs between commits as the
+    table services do. Counted with 10-key LIST pages (S3's are 1,000 keys: a listing that grows
+    shows here at 50 commits as it would on S3 at 5,000), the 50th commit costs no more requests
+    than the 10th (ten commits around each, averaged): it lists only the partition it writes and an active timeline archive keeps short."""
+    monkeypatch.setattr(storage_requests, "LIST_PAGE", 10)
+    t = HudiTable.create(s3_lake, name="trips", record_key="id", ordering_field="ts", partition_by="city")
+    counts = t.storage.requests
+    assert counts is not None
+    per_commit: dict[int, dict[str, int]] = {}
+    for i in range(1, 51):
+        before = counts.snapshot()
+        t.write(trips([i], [f"c{i:02d}"], i, "w"), operation="upsert")
+        per_commit[i] = RequestCounts.diff(counts.snapshot(), before)
+        t.archive({"hoodie.keep.min.commits": "3", "hoodie.keep.max.commits": "5"})
+
+    def window(last: int, kind: str | None = None) -> int:
+        """Requests of the ten commits up to ``last`` (archive trims the timeline in a sawtooth)."""
+        return sum(
+            sum(c.values()) if kind is None else c[kind]
+            for c in map(per_commit.get, range(last - 9, last + 1))
+            if c
+        )
+
+    assert window(50) <= window(15), {i: per_commit[i] for i in (10, 50)}
+    assert window(50, "LIST") <= window(15, "LIST"), {i: per_commit[i] for i in (10, 50)}

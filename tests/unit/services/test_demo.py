@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from inlet.core import HudiTable
-from inlet.services import demo
+from inlet.core.s3 import S3Options
+from inlet.services import demo, replication_demo
 
 Result = subprocess.CompletedProcess[str]
 
@@ -153,3 +154,56 @@ def test_demo_refuses_an_existing_table(
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and "already exists" in err[0]
     assert HudiTable.open(str(table)).instants() == before
+
+
+# -- the replication demo's lake option (`make demo-s3`; the run itself: tests/e2e/demo) ----------------
+
+
+def test_make_demo_s3_runs_the_replication_demo_with_its_lake_on_s3() -> None:
+    root = Path(__file__).resolve().parents[3]
+    dry = subprocess.run(
+        ["make", "-n", "demo-s3"], cwd=root, capture_output=True, text=True, timeout=30, check=True
+    )
+    assert dry.stdout.splitlines()[-1].endswith("-m inlet.services.demo --lake s3")
+    dry = subprocess.run(
+        ["make", "-n", "demo", "LAKE=s3://bucket/lake"], cwd=root, capture_output=True, text=True, timeout=30
+    )
+    assert dry.stdout.splitlines()[-1].endswith("--lake s3://bucket/lake")
+
+
+@pytest.mark.parametrize("bad", ["disk", "s3://", "/tmp/lake"])
+def test_replication_demo_refuses_a_bad_lake_in_one_line(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as e:
+        replication_demo.main(["--lake", bad])  # refused before anything starts
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --lake" in err, err
+    assert "must be local, s3 or an s3://BUCKET/PREFIX URI" in err or "names no bucket" in err, err
+
+
+def test_replication_demo_reads_an_s3_lake_with_the_stack_s3_settings() -> None:
+    """The stack's JSON line under ``s3`` becomes the AWS_* settings the demo reads the lake with."""
+    addresses = {
+        "lake": "s3://lake",
+        "s3": {
+            "endpoint": "http://127.0.0.1:8333",
+            "access_key": "key",
+            "secret_key": "secret",
+            "region": "us-east-1",
+            "bucket": "lake",
+        },
+    }
+    env = replication_demo.lake_s3_env(addresses)
+    opts = S3Options.from_env(env)
+    assert (opts.endpoint, opts.access_key, opts.secret_key, opts.uses_path_style) == (
+        "http://127.0.0.1:8333",
+        "key",
+        "secret",
+        True,
+    )
+    assert replication_demo.table_uri("s3://lake", "app", "orders") == "s3://lake/app/public/orders"
+    assert replication_demo.table_uri("/d/lake/", "app", "orders") == "/d/lake/app/public/orders"
+    # a local lake, or an external one whose settings come from the environment: nothing to add
+    assert replication_demo.lake_s3_env({"lake": "/d/lake", "s3": {"endpoint": "http://x:1"}}) == {}

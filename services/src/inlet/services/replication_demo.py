@@ -1,6 +1,6 @@
 """The main job, end to end: PostgreSQL changes replicated into Hudi tables, then proven equal.
 
-    python -m inlet.services.demo [--dir DIR] [--keep] [--engine local|spark]
+    python -m inlet.services.demo [--dir DIR] [--keep] [--engine local|spark] [--lake local|s3|s3://B/P]
 
 Brings the local stack up (``inlet stack up``: PostgreSQL, Debezium, Kafka, the CDC consumer, the
 writer and the commit coordinator as real processes), creates a small shop schema in PostgreSQL
@@ -9,6 +9,11 @@ two-column key), runs a workload of inserts, updates, deletes, one large transac
 ``ALTER TABLE ADD COLUMN``, shows the lake catching up, and then proves it: every replicated table
 read back with Inlet and with the independent ``hudi`` reader (hudi-rs) equals PostgreSQL row for
 row. A Kafka subscriber shows the commit events; then the stack goes down. Exits 1 if any check fails.
+
+``--lake s3`` (``make demo-s3``) puts the lake into the bucket ``lake`` of the stack's own SeaweedFS
+(``inlet stack up --lake s3``) and runs the same checks there, reading the tables over S3 with the
+endpoint and credentials the stack reports; ``--lake s3://BUCKET/PREFIX`` uses an external store
+(its endpoint and credentials from the usual ``AWS_*`` environment).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -31,6 +37,8 @@ import psycopg
 import pyarrow as pa
 
 from inlet.core import HudiTable
+from inlet.core.errors import InletError
+from inlet.core.s3 import S3Options, is_s3_uri
 
 TABLES = ("customers", "orders", "order_lines")
 SCHEMA_SQL = """
@@ -203,22 +211,44 @@ def _rows_by_key(
     return out
 
 
+def table_uri(lake: str, database: str, table: str) -> str:
+    """Where the stack's writer puts a replicated table: ``<lake>/<db>/public/<table>`` (a directory
+    or an s3:// URI)."""
+    return f"{lake.rstrip('/')}/{database}/public/{table}"
+
+
+def lake_s3_env(addresses: dict[str, Any]) -> dict[str, str]:
+    """The AWS_* settings that reach a ``--lake s3`` stack's bucket (its SeaweedFS reports them under
+    ``s3``); empty for a local lake or an external one (whose settings are already in the environment)."""
+    s3 = addresses.get("s3") or {}
+    if "access_key" not in s3:
+        return {}
+    return S3Options(
+        endpoint=s3["endpoint"],
+        region=s3.get("region"),
+        access_key=s3["access_key"],
+        secret_key=s3["secret_key"],
+        path_style=True,
+    ).to_env()
+
+
 def inlet_rows(
-    path: Path, columns: Sequence[str], keys: Sequence[str]
+    uri: str, columns: Sequence[str], keys: Sequence[str]
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
-    return _rows_by_key(HudiTable.open(str(path)).read(), columns, keys)
+    return _rows_by_key(HudiTable.open(uri).read(), columns, keys)
 
 
 def hudi_rs_rows(
-    path: Path, columns: Sequence[str], keys: Sequence[str], reader_version: str
+    uri: str, columns: Sequence[str], keys: Sequence[str], reader_version: str
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     from hudi import HudiReadOptions, HudiTableBuilder
 
-    table = (
-        HudiTableBuilder.from_base_uri(str(path))
-        .with_hudi_option("hoodie.read.file.group.reader.version", reader_version)
-        .build()
+    builder = HudiTableBuilder.from_base_uri(uri).with_hudi_option(
+        "hoodie.read.file.group.reader.version", reader_version
     )
+    if is_s3_uri(uri):  # hudi-rs reads S3 with the same endpoint and credentials, as storage options
+        builder = builder.with_storage_options(S3Options.from_env().hudi_rs_options())
+    table = builder.build()
     batches = table.read(HudiReadOptions())
     if not batches:
         return {}
@@ -247,7 +277,7 @@ def _diff(expected: dict[Any, Any], actual: dict[Any, Any]) -> str:
 # -- the tour -------------------------------------------------------------------------------------
 
 
-def wait_for_lake(url: str, lake: Path, database: str, timeout_s: float) -> float:
+def wait_for_lake(url: str, lake: str, database: str, timeout_s: float) -> float:
     """Poll until every table in the lake equals PostgreSQL; returns the seconds it took."""
     start = time.monotonic()
     last_report = 0.0
@@ -256,16 +286,14 @@ def wait_for_lake(url: str, lake: Path, database: str, timeout_s: float) -> floa
         done = True
         for table in TABLES:
             expected = postgres_rows(url, table)
-            path = lake / database / "public" / table
             got: dict[Any, Any] = {}
-            if (path / ".hoodie" / "hoodie.properties").exists():
-                cols = list(next(iter(expected.values())).keys()) if expected else []
-                with psycopg.connect(url) as conn:
-                    keys = _key_columns(conn, table)
-                try:
-                    got = inlet_rows(path, cols, keys)
-                except Exception:  # a table mid-creation
-                    got = {}
+            cols = list(next(iter(expected.values())).keys()) if expected else []
+            with psycopg.connect(url) as conn:
+                keys = _key_columns(conn, table)
+            try:
+                got = inlet_rows(table_uri(lake, database, table), cols, keys)
+            except Exception:  # not created yet, or mid-creation
+                got = {}
             equal = got == expected
             done = done and equal
             states.append(f"{table} {len(got)}/{len(expected)}{'' if equal else '*'}")
@@ -282,20 +310,20 @@ def wait_for_lake(url: str, lake: Path, database: str, timeout_s: float) -> floa
         time.sleep(1.0)
 
 
-def compact(coordinator: str, table_id: str, path: Path) -> str | None:
+def compact(coordinator: str, table_id: str, uri: str) -> str | None:
     """Compact a table now, committing through the coordinator as every writer does."""
     from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 
     with CoordinatorClient(coordinator) as client:
-        storage = HudiTable.open(str(path)).storage
-        table = HudiTable.open(str(path), commit_protocol=GrpcCommitProtocol(client, table_id, storage))
+        storage = HudiTable.open(uri).storage
+        table = HudiTable.open(uri, commit_protocol=GrpcCommitProtocol(client, table_id, storage))
         instant = table.schedule_compaction({"hoodie.compact.inline.max.delta.commits": "1"})
         if instant is not None:
             table.run_compaction(instant)
         return instant
 
 
-def prove(url: str, lake: Path, database: str, coordinator: str) -> None:
+def prove(url: str, lake: str, database: str, coordinator: str) -> None:
     """Inlet's snapshot read, then (after a compaction) both hudi-rs file-group readers, against PostgreSQL.
 
     hudi-rs 0.5.0 cannot merge these tables' Merge-on-Read log files on its own: its reader 1 fails on
@@ -310,7 +338,7 @@ def prove(url: str, lake: Path, database: str, coordinator: str) -> None:
         cols = list(next(iter(expected.values())).keys())
         with psycopg.connect(url) as conn:
             keys = _key_columns(conn, table)
-        path = lake / database / "public" / table
+        path = table_uri(lake, database, table)
         ours = inlet_rows(path, cols, keys)
         compact(coordinator, f"{database}.public.{table}", path)
         theirs = [hudi_rs_rows(path, cols, keys, version) for version in ("1", "2")]
@@ -391,28 +419,34 @@ def show_catalog(uri: str, database: str, timeout_s: float = 60) -> None:
                     for name in sorted(names):
                         table = client.get_table(hive_db, name)
                         fmt = table.sd.inputFormat.rsplit(".", 1)[-1]
-                        _say(f"   {hive_db}.{name:<16} {len(table.sd.cols):>3} columns  {fmt}")
+                        _say(
+                            f"   {hive_db}.{name:<16} {len(table.sd.cols):>3} columns  {fmt}  {table.sd.location}"
+                        )
                     return
         time.sleep(1)
     raise DemoFailed(f"catalog sync registered {sorted(names)} in {hive_db}, expected {sorted(wanted)}")
 
 
-def run(directory: Path, engine: str, scale: int) -> None:
+def run(directory: Path, engine: str, scale: int, lake_option: str = "local") -> None:
     rng = random.Random(7)
     _heading(
         "1",
         f"Starting the stack in {directory} (PostgreSQL, Kafka, Debezium, coordinator, CDC consumer, writer)",
     )
-    addresses = json.loads(
-        _inlet("stack", "up", "--dir", str(directory), "--engine", engine).strip().splitlines()[-1]
-    )
+    up = ["stack", "up", "--dir", str(directory), "--engine", engine, "--lake", lake_option]
+    addresses = json.loads(_inlet(*up).strip().splitlines()[-1])
     url = addresses["postgres"]["url"]
-    lake = Path(addresses["lake"])
+    lake = addresses["lake"]
     database = url.rsplit("/", 1)[1]
+    # this process reads the lake too: with the S3 endpoint and credentials the stack reports
+    os.environ.update(lake_s3_env(addresses))
     _say(f"   postgres {url}")
     _say(
         f"   kafka    {addresses['kafka']['bootstrap']}, coordinator {addresses['coordinator']['address']}, lake {lake}"
     )
+    if is_s3_uri(lake):
+        endpoint = (addresses.get("s3") or {}).get("endpoint") or S3Options.from_env().endpoint or "AWS"
+        _say(f"   the lake is on S3 ({endpoint}): every table is written and read over S3 requests")
     try:
         _heading("2", "Loading PostgreSQL; the lake follows (new tables are found, created and filled)")
         load_initial(url, scale, rng)
@@ -445,6 +479,17 @@ def run(directory: Path, engine: str, scale: int) -> None:
         _say("   stopped")
 
 
+def _lake(value: str) -> str:
+    from inlet.services.cli.errors import UsageError
+    from inlet.services.cli.stack import check_lake
+
+    try:
+        check_lake(value)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--lake ")) from None
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m inlet.services.demo",
@@ -456,11 +501,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary stack directory")
     parser.add_argument("--engine", choices=("local", "spark"), default="local", help="the writer's engine")
     parser.add_argument("--scale", type=int, default=200, help="customers to insert (orders: 4x)")
+    parser.add_argument(
+        "--lake",
+        type=_lake,
+        default="local",
+        help="where the tables go: local (DIR/lake), s3 (the stack's own SeaweedFS, bucket `lake`; "
+        "what `make demo-s3` runs) or s3://BUCKET/PREFIX (an external store; endpoint and credentials "
+        "from AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...)",
+    )
     args = parser.parse_args(argv)
     directory = args.dir or Path(tempfile.mkdtemp(prefix="inlet-demo-"))
     try:
-        run(directory.resolve(), args.engine, args.scale)
-    except (DemoFailed, psycopg.Error, OSError, subprocess.TimeoutExpired) as e:
+        run(directory.resolve(), args.engine, args.scale, args.lake)
+    except (DemoFailed, InletError, psycopg.Error, OSError, subprocess.TimeoutExpired) as e:
         print(f"demo: FAILED: {e}", file=sys.stderr)
         return 1
     finally:

@@ -4,9 +4,11 @@ A re-entrant thread lock per table in this process, plus a lock shared with othe
 
 - local disk: an ``fcntl`` lock on ``.hoodie/.aux/inlet.lock`` (processes on one machine);
 - an object store: the object ``.hoodie/.aux/inlet.lock``, created with ``If-None-Match: *`` and
-  deleted with ``If-Match: <its etag>``, holding its owner and a lease; a lock whose lease expired
-  (its holder died) is taken over with ``If-Match``, so two writers on any machines never both
-  hold it. A store that ignores conditional headers cannot lock: writers on it are refused, and
+  deleted with ``If-Match: <its etag>``, holding its owner and a lease (``INLET_S3_LOCK_LEASE_S``).
+  While it holds the lock, the holder renews the lease every third of it (a PUT with ``If-Match``),
+  so a long commit or compaction keeps its lock; a lock whose lease expired (its holder died, or
+  could not reach the store for a whole lease) is taken over with ``If-Match``, so two writers on
+  any machines never both hold it. A store that ignores conditional headers cannot lock: writers on it are refused, and
   must commit through the gRPC coordinator (``inlet coordinator``), which serialises commits itself
   (a table whose commit protocol is the coordinator's then takes only the thread lock);
 - other non-local filesystems: a lock file in the machine's temp directory keyed by the table URI
@@ -18,26 +20,36 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import socket
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from inlet.core.config import ConfigKey
-from inlet.core.errors import InletError, UnsupportedError
+from inlet.core.errors import InletError, InvalidConfigError, UnsupportedError
+from inlet.core.s3 import ConditionalS3
 from inlet.core.storage import Storage
 
 _registry_guard = threading.Lock()
 _thread_locks: dict[str, threading.RLock] = {}
 _depth = threading.local()
 
+_log = logging.getLogger(__name__)
+
 LOCK_PATH = ".hoodie/.aux/inlet.lock"
-#: how long an object-store lock stays valid without its holder (a holder keeps it for one commit step)
-OBJECT_LOCK_LEASE_MS = 60_000
+#: how long an object-store lock stays valid without being renewed (its holder renews it every third)
+LOCK_LEASE = ConfigKey[float](
+    "INLET_S3_LOCK_LEASE_S",
+    float,
+    60.0,
+    doc="seconds a table's lock on S3 stays valid unless its holder renews it (every third of it); "
+    "a dead writer's lock is broken this long after its last renewal",
+)
 #: how long a writer waits for the object-store lock before giving up (seconds)
 LOCK_WAIT = ConfigKey[float](
     "INLET_S3_LOCK_WAIT_S", float, 120.0, doc="seconds a writer waits for a table's lock on S3"
@@ -132,6 +144,9 @@ def _object_lock(storage: Storage) -> Iterator[None]:
     cond = storage.conditional()
     key = storage.object_key(LOCK_PATH)
     wait_s = LOCK_WAIT.get(os.environ) or 0.0
+    lease_ms = int(1000 * (LOCK_LEASE.get(os.environ) or 60.0))
+    if lease_ms <= 0:
+        raise InvalidConfigError(f"{LOCK_LEASE.key} must be a positive number of seconds")
     owner = {
         "host": socket.gethostname(),
         "pid_ns": _pid_namespace(),
@@ -142,15 +157,15 @@ def _object_lock(storage: Storage) -> Iterator[None]:
     delay = 0.01
     etag: str | None = None
     while etag is None:
-        body = json.dumps({**owner, "expires_ms": int(time.time() * 1000) + OBJECT_LOCK_LEASE_MS})
-        etag = cond.put_if_absent(key, body.encode())
+        body = _lock_body(owner, lease_ms)
+        etag = cond.put_if_absent(key, body)
         if etag is not None:
             break
         current = cond.get(key)
         if current is None:
             continue  # released meanwhile
         if _holder_gone(current.body) and current.etag:
-            etag = cond.put_if_match(key, body.encode(), current.etag)  # the holder is gone: take over
+            etag = cond.put_if_match(key, body, current.etag)  # the holder is gone: take over
             if etag is not None:
                 break
         if time.monotonic() > deadline:
@@ -160,13 +175,80 @@ def _object_lock(storage: Storage) -> Iterator[None]:
             )
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
+    lease = _Lease(cond, key, owner, lease_ms, etag, storage.base_uri)
     try:
         yield
     finally:
+        etag = lease.stop()
         if etag:
             cond.delete_if_match(key, etag)
-        else:  # a store that returns no ETag: the lock is ours, delete it plainly
+        elif not lease.lost:  # a store that returns no ETag: the lock is ours, delete it plainly
             storage.delete(LOCK_PATH)
+
+
+def _lock_body(owner: Mapping[str, object], lease_ms: int) -> bytes:
+    return json.dumps({**owner, "expires_ms": int(time.time() * 1000) + lease_ms}).encode()
+
+
+class _Lease:
+    """Renews a held lock object's lease every third of it, in a daemon thread, until :meth:`stop`.
+
+    Each renewal is one ``PUT`` with ``If-Match: <the ETag of our last write>``: it fails (and renewing
+    stops, the lock is ``lost``) only if another writer took the lock over, which it does only once
+    the lease expired, i.e. after this holder failed to renew for a whole lease. A failed request
+    (the store unreachable) is retried at the next tick."""
+
+    def __init__(
+        self,
+        cond: ConditionalS3,
+        key: str,
+        owner: Mapping[str, object],
+        lease_ms: int,
+        etag: str,
+        table: str,
+    ) -> None:
+        self._cond = cond
+        self._key = key
+        self._owner = owner
+        self._lease_ms = lease_ms
+        self._table = table
+        self.etag = etag
+        self.lost = False
+        self._guard = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        if etag:  # without an ETag (a store that returns none) the lease cannot be renewed safely
+            self._thread = threading.Thread(target=self._run, name="inlet-s3-lock-lease", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._lease_ms / 3000):
+            with self._guard:
+                if self._stopped.is_set():
+                    return
+                try:
+                    etag = self._cond.put_if_match(
+                        self._key, _lock_body(self._owner, self._lease_ms), self.etag
+                    )
+                except OSError as e:
+                    _log.warning("could not renew the lock of %s (retrying): %s", self._table, e)
+                    continue
+                if etag is None:
+                    self.lost = True
+                    _log.error(
+                        "the lock of %s was taken over by another writer: its lease expired before it "
+                        "could be renewed",
+                        self._table,
+                    )
+                    return
+                self.etag = etag
+
+    def stop(self) -> str | None:
+        """Stop renewing; the ETag of the lock object as last written, or None if the lock was lost."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+        return None if self.lost else self.etag
 
 
 def _pid_namespace() -> str | None:

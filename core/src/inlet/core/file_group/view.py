@@ -31,7 +31,7 @@ from __future__ import annotations
 import posixpath
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from inlet.core.storage import FileInfo, Storage
@@ -180,6 +180,15 @@ def list_data_files(storage: Storage) -> list[FileInfo]:
     files = [f for f in files if f.path != ".hoodie"]
     for d in dirs:
         files.extend(storage.walk_files(d))
+    return files
+
+
+def list_partition_files(storage: Storage, partitions: Iterable[str]) -> list[FileInfo]:
+    """The files of only these partitions (``""``: a non-partitioned table's top level), one listing
+    each: what a write needs, so that a commit's listing does not grow with the table's partitions."""
+    files: list[FileInfo] = []
+    for p in sorted(set(partitions)):
+        files.extend(storage.walk_files(p) if p else storage.list_files(""))
     return files
 
 

@@ -9,6 +9,7 @@ optimistic concurrency needs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -16,7 +17,7 @@ import pyarrow as pa
 
 from inlet.core.commit.protocol import CommitProtocol, LocalCommitProtocol
 from inlet.core.config import TableConfig
-from inlet.core.file_group.view import FileSystemView
+from inlet.core.file_group.view import FileSystemView, list_partition_files
 from inlet.core.schema import from_avro_schema
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
@@ -35,6 +36,12 @@ class TableSnapshot:
     @cached_property
     def view(self) -> FileSystemView:
         return FileSystemView(self.timeline, self.as_of)
+
+    def view_of(self, partitions: Iterable[str]) -> FileSystemView:
+        """A view listing only ``partitions`` (a write's own): its file groups elsewhere are absent."""
+        return FileSystemView(
+            self.timeline, self.as_of, list_partition_files(self.timeline.storage, partitions)
+        )
 
     @cached_property
     def avro_schema(self) -> str | None:

@@ -53,11 +53,12 @@ def plan_cow_write(
 ) -> WritePlan:
     """Plan a write into a Copy-on-Write table."""
     op = batch.operation
-    view = table.snapshot().view
     plan = WritePlan()
     by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
     if op.is_replace:
-        return _plan_replace(table, view, op, by_partition, options, partitions)
+        return _plan_replace(table, table.snapshot().view, op, by_partition, options, partitions)
+    # only the partitions the batch touches are listed: listing them all grew with the table
+    view = table.snapshot().view_of(by_partition)
 
     explicit = op is WriteOperation.DELETE
     lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)

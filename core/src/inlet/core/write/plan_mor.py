@@ -45,11 +45,12 @@ def plan_mor_write(
     if not table.meta.populate_meta_fields:
         raise UnsupportedError("Merge-on-Read writes need hoodie.populate.meta.fields=true")
     op = batch.operation
-    view = table.snapshot().view
     plan = WritePlan()
     by_partition = _split_by_partition(batch.records) if batch.records.num_rows else {}
     if op.is_replace:
-        return _plan_replace(table, view, op, by_partition, options, partitions)
+        return _plan_replace(table, table.snapshot().view, op, by_partition, options, partitions)
+    # only the partitions the batch touches are listed: listing them all grew with the table
+    view = table.snapshot().view_of(by_partition)
 
     explicit = op is WriteOperation.DELETE
     lookup = op in (WriteOperation.UPSERT, WriteOperation.DELETE)

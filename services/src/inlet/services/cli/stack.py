@@ -180,7 +180,8 @@ def _supervisor_pid(directory: Path) -> int | None:
     return pid
 
 
-def _check_lake(lake: str) -> None:
+def check_lake(lake: str) -> None:
+    """A one-line UsageError unless ``lake`` is local, s3 or an s3://BUCKET/PREFIX URI."""
     if lake in ("local", "s3"):
         return
     if not is_s3_uri(lake):
@@ -221,7 +222,7 @@ def _config(args: argparse.Namespace) -> StackConfig:
             )
     lake = values["lake"]
     if lake is not None:
-        _check_lake(lake)
+        check_lake(lake)
     if saved is not None and lake is not None and lake != saved.lake:
         raise UsageError(f"{values['dir']} keeps its lake at {saved.lake}, not {lake}; use another --dir")
     values["lake"] = lake or (saved.lake if saved is not None else "local")

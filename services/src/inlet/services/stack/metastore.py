@@ -304,6 +304,8 @@ class EmbeddedMetastore:
             "hive.async.log.enabled": "false",
             "hive.metastore.server.min.threads": "4",
             "hive.metastore.server.max.threads": "64",
+            # s3a:// table locations are recorded without a store behind them (no hadoop-aws here)
+            "fs.s3a.impl": f"{LAUNCHER_CLASS}$CatalogOnlyFileSystem",
         }
         values.update(self.extra_conf)
         (conf_dir / "hive-site.xml").write_text(hive_site(values))
