@@ -1,15 +1,15 @@
 """An online backfill racing writes to the same keys ends with the lake equal to PostgreSQL (issue #24).
 
 PostgreSQL -> the real Debezium 3.6 connector with Inlet's signal settings
-(:func:`inlet.services.backfill.connector_settings`, chunks of 10 rows) -> the CDC consumer's decoder
+(:func:`inlet.services.backfill.connector_settings`, chunks of 10 rows) -> the CDC consumer service
 -> the writer's rows (``batch_input``, the lookups the writer service uses) -> upserts into a
 Merge-on-Read table made as the writer makes it, in topic order. The connector starts without a data
 snapshot (the table's rows are not in the lake: a table added to a running pipeline), some changes
-stream, then :func:`~inlet.services.backfill.send_signal` starts the incremental snapshot while a
+stream, then ``inlet backfill`` (the CLI, in-process) signals the incremental snapshot while a
 thread keeps updating, deleting and re-inserting keys of the table and a transaction that updated one
-key stays open across the whole snapshot. The backfill is followed through Debezium's notifications
-(:func:`~inlet.services.backfill.follow`) until COMPLETED, then ``inlet verify``'s comparison must find
-the lake equal to PostgreSQL.
+key stays open across the whole snapshot; it follows Debezium's notifications until COMPLETED. The CDC
+consumer service runs in-process on the connector's topics; its output is written, and ``inlet verify``'s
+comparison must find the lake equal to PostgreSQL.
 
 The open transaction pins why snapshot reads keep ``_event_lsn`` 0 (``rows.SNAPSHOT_ORDERING``): its
 update streams *after* the ``r`` event of its key (it commits after the snapshot), with an LSN
@@ -19,6 +19,7 @@ no LSN of their own), so ordering the read by its position in the stream would k
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -34,6 +35,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from inlet.core import HudiTable
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services import backfill
+from inlet.services.cli.main import main
 from inlet.services.stack import TEST_CONSUMER_SETTINGS
 from inlet.services.verify.verifier import EQUAL, Verifier, VerifyOptions
 from inlet.services.writer import tables
@@ -102,7 +104,11 @@ def _id(ev: pb.ChangeEvent) -> int:
 
 
 def test_backfill_racing_updates_and_deletes(
-    postgres_server: Any, debezium_factory: Any, kafka_bootstrap: str, tmp_path: Path
+    postgres_server: Any,
+    debezium_factory: Any,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     name = f"t_backfill_{uuid.uuid4().hex[:8]}"
     url = postgres_server.create_database(name)
@@ -130,15 +136,13 @@ def test_backfill_racing_updates_and_deletes(
         stop, done = threading.Event(), [0]
         racer = threading.Thread(target=_racer, args=(url, stop, done), daemon=True)
         racer.start()
-        reader = backfill.NotificationReader(kafka_bootstrap, backfill.notification_topic(prefix))
         with running(make_config(kafka_bootstrap, prefix)):
             try:
-                signal_id = backfill.send_signal(url, ["public.items"])
-                seen = [n.type for n in backfill.follow(reader, signal_id, timeout_s=120)]
+                flags = ["--source", url, "--bootstrap", kafka_bootstrap, "--topic-prefix", prefix]
+                code = main(["backfill", *flags, "--timeout", "120", "public.items"])
             finally:
                 stop.set()
                 racer.join()
-                reader.close()
             held.commit()
             held.close()
             with psycopg.connect(url, autocommit=True) as conn:
@@ -149,8 +153,14 @@ def test_backfill_racing_updates_and_deletes(
         assert topics_with_prefix(kafka_bootstrap, f"inlet.changes.{prefix}.") == [
             f"inlet.changes.{dbz.topic('items')}"
         ]
-        assert seen[0] == "STARTED" and seen[-1] == "COMPLETED", seen
-        assert "TABLE_SCAN_COMPLETED" in seen and seen.count("IN_PROGRESS") >= 10, seen
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        # progress from Debezium's notifications: started, one line per chunk, the table's rows, completed
+        lines = [line.split(": ", 1)[1] for line in err.splitlines() if line.startswith("backfill ")]
+        assert lines[1].startswith("started: public.items") and lines[-1] == "completed", lines
+        assert sum("chunk read up to key" in line for line in lines) >= 10, lines
+        report = json.loads(out)
+        assert report["tables"] == ["public.items"] and report["rows_read"]["public.items"] > ROWS // 4
         assert done[0] > 20, f"only {done[0]} racing changes during the backfill"
 
         reads = [c for c in changes if c.op == pb.OPERATION_READ]

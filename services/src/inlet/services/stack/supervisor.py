@@ -395,6 +395,7 @@ class Stack:
                 "publication.autocreate.mode": source.publication_mode(check) if check else "all_tables"
             },
         )
+        dbz.extra_config.update(self._signals())
         dbz.extra_config.update(self._initial_load(dbz, check))
 
         def running() -> bool:
@@ -405,6 +406,28 @@ class Stack:
             )
 
         return ServerComponent("debezium", dbz, lambda: {"rest": dbz.rest_url}, check=running)
+
+    def _signals(self) -> dict[str, str]:
+        """Create the signal table in the source; the connector settings for ``inlet backfill``.
+
+        Before the connector starts, so a filtered publication gets the table (Debezium adds it to
+        the captured tables). A ``--source`` role that may not create it only loses backfills: the
+        stack runs, with a warning naming the fix.
+        """
+        from inlet.services import backfill
+
+        try:
+            backfill.ensure_signal_table(self.source_url)
+        except psycopg.Error as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            log_event(
+                _log,
+                logging.WARNING,
+                "source",
+                warning=f"cannot create the signal table {backfill.DEFAULT_SIGNAL_TABLE} ({first}): "
+                "inlet backfill will not work until a role that may creates it (docs/backfill.md)",
+            )
+        return backfill.connector_settings(self.config.database)
 
     def _initial_load(self, dbz: EmbeddedDebezium, check: source.SourceCheck | None) -> dict[str, str]:
         """Load the tables by COPY before Debezium first starts; the snapshot settings that follow.
