@@ -18,6 +18,15 @@ CREATE TABLE IF NOT EXISTS inlet.debezium_heartbeat (
     ts timestamptz NOT NULL DEFAULT now()
 );
 
+-- Debezium's signal table (signal.data.collection): `inlet backfill` inserts execute-snapshot signals
+-- here, and the connector writes each incremental-snapshot chunk's watermarks. Debezium adds it to
+-- the tables it captures (and so to its filtered publication); the CDC consumer drops its events.
+CREATE TABLE IF NOT EXISTS inlet.debezium_signal (
+    id   varchar(64) PRIMARY KEY,
+    type varchar(32) NOT NULL,
+    data text
+);
+
 -- A sample table, so a fresh stack has something to replicate
 -- (it lands as the Hudi table s3://lake/tables/app/public/customers).
 CREATE TABLE IF NOT EXISTS public.customers (

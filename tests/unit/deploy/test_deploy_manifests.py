@@ -416,6 +416,14 @@ def test_connector_config_and_cdc_consumer_agree() -> None:
     init_sql = (DEPLOY / "postgres" / "initdb" / "01-inlet.sql").read_text()
     table = re.search(r"INSERT INTO ([\w.]+)", cfg["heartbeat.action.query"]).group(1)  # type: ignore[union-attr]
     assert f"CREATE TABLE IF NOT EXISTS {table}" in init_sql
+    # inlet backfill (issue #24): the signal table the init script creates and the CDC consumer drops
+    # (its default --signal-table), notifications where `inlet backfill --topic-prefix` reads them
+    from inlet.services import backfill
+    from inlet.services.cdc_consumer.settings import DEFAULT_SIGNAL_TABLE
+
+    assert "--signal-table" not in argv and cfg["signal.data.collection"] == DEFAULT_SIGNAL_TABLE
+    assert f"CREATE TABLE IF NOT EXISTS {cfg['signal.data.collection']}" in init_sql
+    assert backfill.connector_settings(prefix).items() <= cfg.items()
     # the coordinator's database exists
     coord_url = compose()["services"]["coordinator"]["environment"]["INLET_COORDINATOR_DATABASE_URL"]
     assert f"CREATE DATABASE {coord_url.rsplit('/', 1)[1]}" in init_sql

@@ -40,7 +40,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-DEFAULT_SIGNAL_TABLE = "inlet.debezium_signal"
+from inlet.services.cdc_consumer.settings import DEFAULT_SIGNAL_TABLE as DEFAULT_SIGNAL_TABLE
+
 DEFAULT_CHUNK_SIZE = 1024
 NOTIFICATION_AGGREGATE = "Incremental Snapshot"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*")

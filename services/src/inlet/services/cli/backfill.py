@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from inlet.services.cdc_consumer.settings import DEFAULT_SIGNAL_TABLE
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.parsing import ArgumentParser, add_command
 from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve
@@ -34,7 +35,7 @@ SETTINGS: tuple[Setting, ...] = (
         "signal_table",
         "--signal-table",
         "the connector's signal.data.collection",
-        default="inlet.debezium_signal",
+        default=DEFAULT_SIGNAL_TABLE,
         metavar="SCHEMA.TABLE",
     ),
     Setting(
