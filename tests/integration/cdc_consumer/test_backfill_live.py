@@ -191,3 +191,61 @@ def test_backfill_racing_updates_and_deletes(
         if dbz is not None:
             debezium_factory.release(dbz)
         postgres_server.drop_database(name)
+
+
+def test_a_backfill_survives_a_connector_restart(
+    postgres_server: Any, debezium_factory: Any, kafka_bootstrap: str
+) -> None:
+    """Debezium keeps an incremental snapshot's position in its offsets: a connector stopped in the
+    middle of a backfill resumes it when it starts again, under the same signal id, so ``inlet
+    backfill`` (:func:`~inlet.services.backfill.follow`) sees it through to COMPLETED, and every row
+    of the table was read."""
+    name = f"t_backfill_{uuid.uuid4().hex[:8]}"
+    url = postgres_server.create_database(name)
+    prefix = f"bf{uuid.uuid4().hex[:8]}"
+    dbz = None
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE public.items (id int PRIMARY KEY, v int NOT NULL, note text)")
+            conn.execute("INSERT INTO public.items SELECT i, i, 'x' FROM generate_series(1, %s) i", (ROWS,))
+        backfill.ensure_signal_table(url)
+        dbz = debezium_factory(
+            url,
+            prefix,
+            table_include_list=["public.items"],
+            snapshot_mode="no_data",
+            extra_config=backfill.connector_settings(prefix, chunk_size=10),
+        )
+        reader = backfill.NotificationReader(kafka_bootstrap, backfill.notification_topic(prefix))
+        try:
+            signal_id = backfill.send_signal(url, ["public.items"])
+            seen: list[str] = []
+            for n in backfill.follow(reader, signal_id, timeout_s=120):
+                seen.append(n.type)
+                if seen.count("IN_PROGRESS") == 3:
+                    dbz.restart()
+        finally:
+            reader.close()
+        assert seen[-1] == "COMPLETED" and seen.count("IN_PROGRESS") > 3, seen
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO public.items VALUES (%s, 0, 'marker')", (MARKER,))
+        consumer = Consumer(
+            {"bootstrap.servers": kafka_bootstrap, "group.id": f"t-{uuid.uuid4().hex[:8]}"}
+            | dict(TEST_CONSUMER_SETTINGS)
+        )
+        read: set[int] = set()
+        try:
+            consumer.assign([TopicPartition(dbz.topic("items"), 0, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + 60
+            while MARKER not in read and time.monotonic() < deadline:
+                for m in consumer.consume(num_messages=500, timeout=0.3):
+                    if m.value() is not None:
+                        payload = json.loads(m.value())["payload"]
+                        read.add(payload["after"]["id"])
+        finally:
+            consumer.close()
+        assert read == {*range(1, ROWS + 1), MARKER}
+    finally:
+        if dbz is not None:
+            debezium_factory.release(dbz)
+        postgres_server.drop_database(name)
