@@ -109,8 +109,8 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
     and logs/supervisor.log says so) and changes keep flowing; ``down`` leaves no process of the
     stack, and ``status`` then says the slot holds WAL; ``up`` on the same directory reuses the
     saved source and resumes: changes made after it appear once, and nothing is replicated twice
-    (no duplicate key, no offset consumed twice); ``inlet backfill --dir`` re-reads a table while
-    it replicates; ``down --drop-slot`` removes slot and
+    (no duplicate key, no offset consumed twice), and a table created while it was down is
+    backfilled; ``inlet backfill --dir`` re-reads a table while it replicates; ``down --drop-slot`` removes slot and
     publication. The password is never printed, logged, or on a command line."""
     d = server_dir / "stack"
     source_pg, url = start_source(server_dir)
@@ -186,6 +186,9 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         assert not processes_mentioning(str(d)), "a process of the stack outlived down"
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("INSERT INTO cli_items (id, v) VALUES (999, 'while the stack was down')")
+            # a table created while the stack was down: backfilled at the next start (issue #24)
+            conn.execute("CREATE TABLE cli_late (id int PRIMARY KEY, v text)")
+            conn.execute("INSERT INTO cli_late SELECT g, 'late' || g FROM generate_series(1, 30) g")
         st = status(d)
         assert st["state"] == "stopped"
         assert st["source"]["holds_wal_while_stopped"] is True and st["source"]["active"] is False
@@ -199,8 +202,12 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("INSERT INTO cli_items (id, v) VALUES (1000, 'after the restart')")
             conn.execute("UPDATE cli_items SET v = 'changed after the restart' WHERE id = 2")
-        wait_for_lake(lake, ["cli_items"], 180)  # type: ignore[arg-type]
+        wait_for_lake(lake, ["cli_items", "cli_late"], 180)  # type: ignore[arg-type]
         compare_inlet(lake, "cli_items")  # type: ignore[arg-type]
+        log = (d / "logs" / "supervisor.log").read_text()
+        assert [json.loads(line)["tables"] for line in log.splitlines() if "backfill started" in line] == [
+            ["public.cli_late"]
+        ]
         check_offsets(lake.table_path("cli_items"))
         assert all(c["restarts"] == 0 for c in status(d)["components"])  # a new supervisor
 
