@@ -50,6 +50,13 @@ def test_bad_tables_are_refused_before_any_signal(pg_url: str, capsys: pytest.Ca
         assert err.count("\n") == 1 and problem in err, err
     assert _signals(pg_url) == []
 
+    # a broker that does not answer: nobody could follow the backfill, so no signal either
+    flags = ["--source", pg_url, "--bootstrap", "127.0.0.1:1", "--topic-prefix", "app", "--timeout", "60"]
+    assert main(["backfill", *flags, "public.keyed"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach Kafka to follow the backfill" in err, err
+    assert _signals(pg_url) == []
+
     assert _cli(pg_url, "public.keyed") == 0
     sent = json.loads(capsys.readouterr().out)
     [(signal_id, kind, data)] = _signals(pg_url)

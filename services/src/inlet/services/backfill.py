@@ -19,7 +19,8 @@ What this module holds:
   list it (``ALTER PUBLICATION ... ADD TABLE inlet.debezium_signal``);
 - :func:`send_signal`: checks the tables (they exist, have a primary key) and inserts the
   ``execute-snapshot`` signal; its id is the id of every notification of the snapshot;
-- :class:`NotificationReader` / :func:`follow`: reads the notification topic from its start and
+- :class:`NotificationReader` / :func:`follow`: reads the notification topic from its start (a
+  throwaway consumer group, nothing committed) and
   yields the snapshot's notifications (``STARTED``, ``IN_PROGRESS`` per chunk, ``TABLE_SCAN_COMPLETED``
   per table with its row count, ``COMPLETED`` or ``ABORTED``).
 
@@ -208,6 +209,15 @@ class NotificationReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+    def check(self, timeout_s: float = 5.0) -> None:
+        """BackfillError unless the broker answers (before a signal is sent that nobody would follow)."""
+        from confluent_kafka import KafkaException
+
+        try:
+            self._consumer.list_topics(timeout=timeout_s)
+        except KafkaException as e:
+            raise BackfillError(f"cannot reach Kafka to follow the backfill: {e.args[0]}") from None
 
     def poll(self, timeout_s: float = 0.5) -> list[Notification]:
         """The notifications read within ``timeout_s`` (none while the topic does not exist yet)."""

@@ -152,6 +152,11 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         backfill.NotificationReader(bootstrap, backfill.notification_topic(prefix)) if v["wait"] else None
     )
     try:
+        if reader is not None:
+            try:
+                reader.check()
+            except backfill.BackfillError as e:
+                raise BackfillFailed(str(e)) from None
         try:
             signal_id = backfill.send_signal(url, tables, v["signal_table"])
         except backfill.BackfillError as e:
