@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from inlet.services import backfill
 from inlet.services.cli.main import main
@@ -39,6 +41,16 @@ def test_bad_tables_are_refused_before_any_signal(pg_url: str, capsys: pytest.Ca
 
     backfill.ensure_signal_table(pg_url)
     backfill.ensure_signal_table(pg_url)  # idempotent
+    # and with a role that may not create schemas, once the table exists (a DBA made it)
+    role = f"r_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"REVOKE CREATE ON DATABASE {conn.info.dbname} FROM PUBLIC")
+    try:
+        backfill.ensure_signal_table(make_conninfo(pg_url, user=role))
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP ROLE {role}")
     for tables, problem in [
         (["public.missing"], "table public.missing does not exist in the source"),
         (["public.keyed", "public.loose"], "table public.loose has no primary key"),

@@ -86,6 +86,14 @@ def ensure_signal_table(url: str, signal_table: str = DEFAULT_SIGNAL_TABLE) -> N
     """Create the signal table (and its schema) in the source if absent: ``id``, ``type``, ``data``."""
     schema, table = split_name(signal_table, "signal table")
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        # one a DBA made is used as it is (CREATE SCHEMA IF NOT EXISTS needs CREATE on the database)
+        found = conn.execute(
+            """SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = %s AND c.relname = %s""",
+            (schema, table),
+        ).fetchone()
+        if found is not None:
+            return
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         conn.execute(
             sql.SQL(
