@@ -19,6 +19,8 @@
 --                              that runs this script): the snapshot, and `inlet writer load`'s COPY
 --   SELECT, INSERT, UPDATE on inlet.debezium_heartbeat: the connector's heartbeat.action.query, so an
 --                              idle source still advances the slot (the table is in the publication)
+--   SELECT, INSERT, DELETE on inlet.debezium_signal: the incremental snapshots of `inlet backfill`
+--                              (the connector writes their watermarks; in the publication too)
 -- The publication is made here, by the administrator, so the role needs neither CREATE on the
 -- database nor ownership of the tables: configure the connector with
 -- publication.autocreate.mode=disabled. Tables created later in the schema join it by themselves
@@ -61,8 +63,16 @@ CREATE TABLE IF NOT EXISTS inlet.debezium_heartbeat (
 );
 GRANT USAGE ON SCHEMA inlet TO :"role";
 GRANT SELECT, INSERT, UPDATE ON inlet.debezium_heartbeat TO :"role";
+-- Debezium's signal table (signal.data.collection): `inlet backfill` inserts its signals there, and
+-- the connector writes each incremental-snapshot chunk's watermarks (insert and delete).
+CREATE TABLE IF NOT EXISTS inlet.debezium_signal (
+    id   varchar(64) PRIMARY KEY,
+    type varchar(32) NOT NULL,
+    data text
+);
+GRANT SELECT, INSERT, DELETE ON inlet.debezium_signal TO :"role";
 
 SELECT NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = :'publication') AS inlet_create_publication \gset
 \if :inlet_create_publication
-CREATE PUBLICATION :"publication" FOR TABLES IN SCHEMA :"schema", TABLE inlet.debezium_heartbeat;
+CREATE PUBLICATION :"publication" FOR TABLES IN SCHEMA :"schema", TABLE inlet.debezium_heartbeat, inlet.debezium_signal;
 \endif

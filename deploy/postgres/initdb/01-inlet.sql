@@ -18,11 +18,21 @@ CREATE TABLE IF NOT EXISTS inlet.debezium_heartbeat (
     ts timestamptz NOT NULL DEFAULT now()
 );
 
+-- Debezium's signal table (signal.data.collection): `inlet backfill` inserts execute-snapshot signals
+-- here, and the connector writes each incremental-snapshot chunk's watermarks. Debezium adds it to
+-- the tables it captures (and so to its filtered publication); the CDC consumer drops its events.
+CREATE TABLE IF NOT EXISTS inlet.debezium_signal (
+    id   varchar(64) PRIMARY KEY,
+    type varchar(32) NOT NULL,
+    data text
+);
+
 -- The connector's publication (deploy/connect/postgres-connector.json uses it as it is:
 -- publication.autocreate.mode=disabled): every table of schema public, tables created later too,
--- and the heartbeat table -- without it an idle source never advances the slot and the server
--- keeps WAL for it until max_slot_wal_keep_size drops the slot.
-CREATE PUBLICATION inlet_app FOR TABLES IN SCHEMA public, TABLE inlet.debezium_heartbeat;
+-- the heartbeat table -- without it an idle source never advances the slot and the server keeps
+-- WAL for it until max_slot_wal_keep_size drops the slot -- and the signal table, whose
+-- incremental-snapshot watermarks the connector must see in the stream.
+CREATE PUBLICATION inlet_app FOR TABLES IN SCHEMA public, TABLE inlet.debezium_heartbeat, inlet.debezium_signal;
 
 -- A sample table, so a fresh stack has something to replicate
 -- (it lands as the Hudi table s3://lake/tables/app/public/customers).

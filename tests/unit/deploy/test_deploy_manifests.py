@@ -493,6 +493,14 @@ def test_connector_config_and_cdc_consumer_agree() -> None:
     assert cdc_url.startswith(f"postgresql://{cfg['database.user']}:")
     props = (DEPLOY / "connect" / "postgres.properties").read_text()
     assert f"password={pg['environment']['REPLICATION_PASSWORD']}" in props.splitlines()
+    # inlet backfill (issue #24): the signal table the init script creates and the CDC consumer drops
+    # (its default --signal-table), notifications where `inlet backfill --topic-prefix` reads them
+    from inlet.services import backfill
+    from inlet.services.cdc_consumer.settings import DEFAULT_SIGNAL_TABLE
+
+    assert "--signal-table" not in argv and cfg["signal.data.collection"] == DEFAULT_SIGNAL_TABLE
+    assert f"CREATE TABLE IF NOT EXISTS {cfg['signal.data.collection']}" in init_sql
+    assert backfill.connector_settings(prefix).items() <= cfg.items()
     # the coordinator's database exists
     coord_url = compose()["services"]["coordinator"]["environment"]["INLET_COORDINATOR_DATABASE_URL"]
     assert f"CREATE DATABASE {coord_url.rsplit('/', 1)[1]}" in init_sql
@@ -1187,10 +1195,11 @@ def test_compose_coordinator_serves_tls_and_passes_its_health_checks(tmp_path: P
             proc.wait()
 
 
-def test_init_script_puts_the_heartbeat_table_in_the_connectors_publication(pg_url: str) -> None:
+def test_init_script_puts_the_heartbeat_and_signal_tables_in_the_connectors_publication(pg_url: str) -> None:
     """The source database part of the init script, run on a real PostgreSQL: the connector's
     publication (used as it is) holds the heartbeat table its heartbeat.action.query writes, so an
-    idle source still advances the slot (shown with Debezium in tests/integration/stack/test_debezium.py)."""
+    idle source still advances the slot (shown with Debezium in tests/integration/stack/test_debezium.py),
+    and the signal table, whose incremental-snapshot watermarks `inlet backfill` needs in the stream."""
     import psycopg
 
     cfg = json.loads((DEPLOY / "connect" / "postgres-connector.json").read_text())["config"]
@@ -1206,4 +1215,4 @@ def test_init_script_puts_the_heartbeat_table_in_the_connectors_publication(pg_u
             (cfg["publication.name"],),
         ).fetchall()
     table = re.search(r"INSERT INTO ([\w.]+)", cfg["heartbeat.action.query"]).group(1)  # type: ignore[union-attr]
-    assert [r[0] for r in published] == sorted([table, "public.customers"])
+    assert [r[0] for r in published] == sorted([table, cfg["signal.data.collection"], "public.customers"])

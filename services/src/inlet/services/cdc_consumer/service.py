@@ -14,7 +14,9 @@ the outputs -- in one thread:
    INVALID_RECORD in a delivery report): its source record is read back from its topic and written
    as a dead letter with the reason (error class ``ProduceError``; without its value, whose size
    ``inlet-dlq-value-bytes`` gives, when it is too large for the dead-letter topic too), and the
-   stream goes on;
+   stream goes on; the changes and transaction markers of Debezium's signal table (``--signal-table``:
+   the signals and the incremental snapshots' watermarks, see :mod:`inlet.services.backfill`) are
+   dropped;
 3. when the broker has acknowledged every output of a batch and of all batches before it, the batch's
    source positions become committable; they are committed every ``--commit-interval-ms``, on
    rebalance and on stop. So a source offset is committed only after everything derived from it and
@@ -61,6 +63,8 @@ log = logging.getLogger("inlet.cdc_consumer")
 #: Header names on produced records.
 H_KIND = "inlet-kind"
 H_SCHEMA_VERSION = "inlet-schema-version"
+#: the output "topic" of Debezium's signal table: its changes and transaction markers are dropped
+SKIP = "\x00skip"
 H_SOURCE_TOPIC = "inlet-source-topic"
 H_SOURCE_PARTITION = "inlet-source-partition"
 H_SOURCE_OFFSET = "inlet-source-offset"
@@ -411,6 +415,8 @@ class CdcConsumerService:
                     out_topic = targets.get(table)
                     if out_topic is None:
                         out_topic = self._target(table)
+                    if out_topic is SKIP:
+                        continue
                     if not out_topic:
                         self._bad_table(batch, m, table)
                         break
@@ -464,6 +470,8 @@ class CdcConsumerService:
                     out_topic = targets.get(table)
                     if out_topic is None:
                         out_topic = self._target(table)
+                    if out_topic is SKIP:
+                        continue
                     if not out_topic:
                         self._bad_table(batch, m, table)
                         break
@@ -512,9 +520,14 @@ class CdcConsumerService:
             self._child(self._tx_out, self.metrics.transactions_out, tx.table_id).inc(len(copies))
 
     def _target(self, table: str) -> str:
-        """The output topic of ``table`` ("" when the table id makes no valid topic name); cached."""
+        """The output topic of ``table`` ("" when the table id makes no valid topic name, :data:`SKIP`
+        for the signal table, ``<prefix>.<signal table>``); cached."""
         out_topic = self._own_prefix + table
-        target = out_topic if valid_topic_name(out_topic) else ""
+        signal = self.config.signal_table
+        if signal and table.endswith("." + signal):
+            target = SKIP
+        else:
+            target = out_topic if valid_topic_name(out_topic) else ""
         self._targets[table] = target
         return target
 

@@ -14,6 +14,7 @@ ENV_PREFIX = "INLET_CDC_"
 DEFAULT_GROUP = "inlet-cdc"
 DEFAULT_OUTPUT_PREFIX = "inlet.changes"
 DEFAULT_DLQ_TOPIC = "inlet.dlq"
+DEFAULT_SIGNAL_TABLE = "inlet.debezium_signal"  # Debezium's signal.data.collection (inlet.services.backfill)
 DEFAULT_METRICS_LISTEN = "127.0.0.1:9464"
 VALUE_FORMATS = ("json", "avro", "auto")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -55,6 +56,14 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="REGEX",
     ),
     Setting("group", "--group", "consumer group id", default=DEFAULT_GROUP, metavar="ID"),
+    Setting(
+        "signal_table",
+        "--signal-table",
+        "Debezium's signal table (signal.data.collection, SCHEMA.TABLE): its change events are the "
+        "connector's signals and incremental-snapshot watermarks, not data, and are dropped ('' keeps them)",
+        default=DEFAULT_SIGNAL_TABLE,
+        metavar="SCHEMA.TABLE",
+    ),
     Setting(
         "value_format",
         "--value-format",
@@ -238,6 +247,7 @@ class CdcConfig:
     topic_pattern: str | None = None
     output_bootstrap: str | None = None
     group: str = DEFAULT_GROUP
+    signal_table: str = DEFAULT_SIGNAL_TABLE
     value_format: str = "auto"
     schema_registry: str | None = None
     database_url: str | None = None
@@ -308,6 +318,8 @@ class CdcConfig:
             raise SettingsError(
                 f"--compression: choose one of {', '.join(COMPRESSIONS)}, not {self.compression!r}"
             )
+        if self.signal_table and not re.fullmatch(r"[^.\s]+\.[^.\s]+", self.signal_table):
+            raise SettingsError(f"--signal-table: expected SCHEMA.TABLE, got {self.signal_table!r}")
         if not valid_topic_name(self.dlq_topic):
             raise SettingsError(f"--dlq-topic: not a Kafka topic name: {self.dlq_topic!r}")
         if not self.output_prefix or not valid_topic_name(self.output_prefix + ".x"):

@@ -19,6 +19,7 @@ from inlet.core import InletError
 from inlet.services import logs
 from inlet.services.cli import commands
 from inlet.services.cli.archive import add_archive_commands
+from inlet.services.cli.backfill import add_backfill_commands
 from inlet.services.cli.catalog import add_catalog_commands
 from inlet.services.cli.cdc import add_cdc_commands
 from inlet.services.cli.clean import add_clean_commands
@@ -241,6 +242,7 @@ def build_parser() -> ArgumentParser:
     add_tables_command(subparsers)
     add_table_services_commands(subparsers)
     add_verify_commands(subparsers)
+    add_backfill_commands(subparsers)
     return parser
 
 

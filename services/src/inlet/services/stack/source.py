@@ -7,7 +7,8 @@ every replicated table, a replication slot is free, and the publication exists o
 create it. The stack's slot and publication are both named :func:`replication_name` of its
 directory. :func:`slot_state` is what ``inlet stack status`` shows (the WAL the slot holds back),
 :func:`drop_replication` what ``inlet stack down --drop-slot`` does. Nothing here creates a
-database or schema on the source; the only objects made there are the slot and the publication.
+database on the source; the objects made there are the slot, the publication, and (by the
+supervisor, for ``inlet backfill``) the schema ``inlet`` with Debezium's signal table.
 """
 
 from __future__ import annotations

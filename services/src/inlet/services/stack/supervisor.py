@@ -49,6 +49,7 @@ PORTS_FILE = "ports.json"
 CONFIG_FILE = "config.json"
 PID_FILE = "supervisor.pid"
 INITIAL_LOAD_FILE = "initial_load.json"
+BACKFILLS_FILE = "backfills.json"  # the tables replicated at Debezium's last start (_backfill_new_tables)
 COORDINATOR_DB = "inlet_coordinator"
 LAKE_BUCKET = "lake"  # the embedded SeaweedFS's bucket of a `--lake s3` stack
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
@@ -399,6 +400,7 @@ class Stack:
                 "publication.autocreate.mode": source.publication_mode(check) if check else "all_tables"
             },
         )
+        dbz.extra_config.update(self._signals())
         dbz.extra_config.update(self._initial_load(dbz, check))
         # the heartbeat table, in the publication, keeps the slot moving while the tables are idle
         if not self.config.source:
@@ -416,7 +418,91 @@ class Stack:
                 t.get("state") == "RUNNING" for t in tasks
             )
 
-        return ServerComponent("debezium", dbz, lambda: {"rest": dbz.rest_url}, check=running)
+        return ServerComponent(
+            "debezium",
+            dbz,
+            lambda: {"rest": dbz.rest_url},
+            check=running,
+            after_start=self._backfill_new_tables,
+        )
+
+    def _backfill_new_tables(self) -> None:
+        """Once Debezium runs: backfill the tables that replicate now but did not at its previous start.
+
+        A table added to ``--tables``, or created while the stack was down (or, with a filtered
+        publication, while it ran: Debezium adds it to the publication at its next start), has rows
+        that never streamed; an incremental snapshot (``inlet backfill``) loads them without stopping
+        the others. The tables of each start are kept in ``backfills.json``; the first start only
+        records them (the initial load covers them). Tables without a primary key cannot be
+        backfilled (logged). A failure is logged with the command to run by hand; it never stops
+        the stack.
+        """
+        from inlet.services import backfill
+        from inlet.services.writer.initial_load import matching_tables
+
+        path = self.config.root / BACKFILLS_FILE
+        try:
+            with psycopg.connect(self.source_url, connect_timeout=10) as conn:
+                now = [
+                    f"{s}.{t}"
+                    for s, t in matching_tables(conn, self.config.tables)
+                    if f"{s}.{t}" != backfill.DEFAULT_SIGNAL_TABLE
+                ]
+                keyed = {
+                    name
+                    for (name,) in conn.execute(
+                        """SELECT n.nspname || '.' || c.relname FROM pg_index i
+                           JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+                           WHERE i.indisprimary"""
+                    ).fetchall()
+                }
+            known = set(json.loads(path.read_text())["tables"]) if path.exists() else None
+            new = [t for t in now if known is not None and t not in known]
+            if new:
+                keyless = [t for t in new if t not in keyed]
+                if keyless:
+                    log_event(
+                        _log,
+                        logging.WARNING,
+                        "backfill",
+                        warning=f"no backfill of {', '.join(keyless)}: no primary key (rows before "
+                        "this start do not replicate; inlet verify --repair fills them)",
+                    )
+                todo = [t for t in new if t in keyed]
+                if todo:
+                    signal_id = backfill.send_signal(self.source_url, todo)
+                    log_event(_log, logging.INFO, "backfill started", tables=todo, signal_id=signal_id)
+            path.write_text(json.dumps({"tables": sorted(now)}, indent=2))
+        except (psycopg.Error, backfill.BackfillError, OSError, ValueError, KeyError) as e:
+            log_event(
+                _log,
+                logging.WARNING,
+                "backfill",
+                warning=f"cannot backfill the tables new since the last start ({e}); run "
+                f"inlet backfill --dir {self.config.root} TABLE...",
+            )
+
+    def _signals(self) -> dict[str, str]:
+        """Create the signal table in the source; the connector settings for ``inlet backfill``.
+
+        Before the connector starts, so a filtered publication gets the table (Debezium adds it to
+        the captured tables). A ``--source`` role that may not create it only loses backfills: the
+        stack runs, with a warning naming the fix.
+        """
+        from inlet.services import backfill
+
+        try:
+            backfill.ensure_signal_table(self.source_url)
+        except psycopg.Error as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            log_event(
+                _log,
+                logging.WARNING,
+                "source",
+                warning=f"cannot create the signal table {backfill.DEFAULT_SIGNAL_TABLE} ({first}): "
+                "inlet backfill will not work until a role that may creates it (docs/backfill.md)",
+            )
+        return backfill.connector_settings(self.config.database)
 
     def _initial_load(self, dbz: EmbeddedDebezium, check: source.SourceCheck | None) -> dict[str, str]:
         """Load the tables by COPY before Debezium first starts; the snapshot settings that follow.

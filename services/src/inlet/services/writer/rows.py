@@ -39,11 +39,12 @@ missing from the snapshot and streams when it commits, with change LSNs *below* 
 (PostgreSQL's snapshot builder becomes consistent in steps; one that began between them is decoded
 whole yet invisible to the exported snapshot). Between streamed changes the LSN decides; between two
 snapshot reads of a key the later write wins (Hudi's tie rule). Debezium's incremental (signal-based)
-snapshots, which Inlet does not configure but a connector may, are ``r`` events too and get 0 as well:
-a chunk row whose key changed in the chunk's window is dropped by Debezium, and a change the chunk
-missed because its transaction was still open streams after the row with a lower LSN and must win.
+snapshots (``inlet backfill``, :mod:`inlet.services.backfill`) are ``r`` events too, without an LSN,
+and get 0 as well: a chunk row whose key changed in the chunk's window is dropped by Debezium, and a
+change the chunk missed because its transaction was still open streams after the row with a lower LSN
+and must win (tests/integration/cdc_consumer/test_backfill_live.py holds such a transaction open).
 So an incremental snapshot fills keys the lake lacks but never overwrites a row the stream wrote (to
-resynchronise a lake that drifted, ``inlet verify --repair`` writes at a real LSN).
+resynchronise a lake that drifted, ``inlet verify --repair`` writes at a real LSN; docs/backfill.md).
 
 TOAST: an ``Unchanged`` value takes the key's previous value (see :func:`to_arrow`): from ``before``,
 from the key's earlier change in the batch, or from the stored row -- for a string/bytes column as
