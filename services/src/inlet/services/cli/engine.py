@@ -160,7 +160,7 @@ def _input_frame(
     normalised as the local engine normalises them, then handed to Spark; Parquet whose types need
     no normalisation is read by Spark itself (in parallel, not through this process). An input
     without columns has no frame (None)."""
-    fmt = args.format or dataio.detect_format(args.input)
+    fmt = args.input_format or dataio.detect_format(args.input)
     if fmt == "parquet" and os.path.exists(args.input) and _spark_ready_parquet(args.input):
         dataset = pads.dataset(args.input, format="parquet")
         return spark.read.parquet(os.path.abspath(args.input)), dataset.count_rows() == 0, dataset.schema
