@@ -20,10 +20,12 @@ import argparse
 import json
 import os
 import re
+import select
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -773,8 +775,6 @@ def test_k8s_http_probe_paths_are_served_by_the_real_service(
 ) -> None:
     """The container's command, with its ConfigMap's settings, started for real: every path its probes
     ask for is answered (200 or 503 while Kafka, here unreachable, is missing), none is a 404."""
-    import select
-    import time
     import urllib.error
     import urllib.request
 
@@ -801,12 +801,7 @@ def test_k8s_http_probe_paths_are_served_by_the_real_service(
             text=True,
         )
     try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while not line and time.monotonic() < deadline and proc.poll() is None:
-            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-            if ready:
-                line = proc.stdout.readline()  # type: ignore[union-attr]
+        line = _first_line(proc)
         assert line, (
             f"{where}: `inlet {' '.join(container['args'])}` did not start: {log.read_text()[-2000:]}"
         )
@@ -820,12 +815,7 @@ def test_k8s_http_probe_paths_are_served_by_the_real_service(
                 status = e.code
             assert status in (200, 503), f"{where}: {probe} asks for {path}; the service answers {status}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 # ------------------------------------------------------------------------------ Kubernetes secrets
@@ -1140,8 +1130,6 @@ def _healthcheck_argv(test: list[str], secrets: Path, address: str) -> list[str]
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_compose_coordinator_serves_tls_and_passes_its_health_checks(tmp_path: Path, pg_url: str) -> None:
     """The real ``inlet coordinator serve`` with compose's arguments and init-secrets.sh's files."""
-    import select
-    import time
 
     secrets = tmp_path / "secrets"
     _make_secrets(secrets)
@@ -1160,12 +1148,7 @@ def test_compose_coordinator_serves_tls_and_passes_its_health_checks(tmp_path: P
         [str(inlet), *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
-        deadline = time.monotonic() + 60
-        line = ""
-        while not line and time.monotonic() < deadline and proc.poll() is None:
-            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
-            if ready:
-                line = proc.stdout.readline()  # type: ignore[union-attr]
+        line = _first_line(proc)
         stderr = proc.stderr.read() if proc.poll() is not None else ""  # type: ignore[union-attr]
         assert line, f"the coordinator did not start: {stderr}"
         serving = json.loads(line)
@@ -1187,12 +1170,7 @@ def test_compose_coordinator_serves_tls_and_passes_its_health_checks(tmp_path: P
         done = subprocess.run(k8s_check, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and done.stdout.strip() == "SERVING", done.stderr
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 def test_init_script_puts_the_heartbeat_and_signal_tables_in_the_connectors_publication(pg_url: str) -> None:
@@ -1216,3 +1194,23 @@ def test_init_script_puts_the_heartbeat_and_signal_tables_in_the_connectors_publ
         ).fetchall()
     table = re.search(r"INSERT INTO ([\w.]+)", cfg["heartbeat.action.query"]).group(1)  # type: ignore[union-attr]
     assert [r[0] for r in published] == sorted([table, cfg["signal.data.collection"], "public.customers"])
+
+
+def _first_line(proc: subprocess.Popen[str], timeout_s: float = 60) -> str:
+    """The first line a started service prints on stdout ("" if it printed none in time or exited)."""
+    deadline = time.monotonic() + timeout_s
+    line = ""
+    while not line and time.monotonic() < deadline and proc.poll() is None:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+    return line
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
