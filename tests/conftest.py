@@ -43,6 +43,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,6 +166,9 @@ def pytest_testnodedown(node: Any, error: object | None) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """(Controller) nothing a worker started outlives the run; what is left is named (a leak to fix)."""
+    deadline = time.monotonic() + 20  # workers still exiting stop their Spark JVMs at exit
+    while any(_processes_started_by(r) for r in _run_ids) and time.monotonic() < deadline:
+        time.sleep(0.5)
     for run_id in _run_ids:
         _kill(_processes_started_by(run_id), "left running at the end of the run")
 
