@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterator
 
 import pytest
 
 from inlet.services.cli.main import main
 from inlet.services.logs import TextFormatter
-from inlet.services.writer.load_ranges import PageRange, Progress, covers_all, ranges_left
+from inlet.services.writer.load_ranges import PageRange, Progress, _CopyStream, covers_all, ranges_left
 
 
 def test_a_table_splits_into_ranges_of_n_pages_the_last_one_open() -> None:
@@ -73,3 +75,32 @@ def test_writer_load_refuses_a_zero_split_setting_in_one_line(
     assert main([*argv, flag, "0"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_a_copy_stream_ended_waits_for_the_read_in_flight_and_reads_nothing_after() -> None:
+    """Arrow reads the COPY ahead on its own thread: ending the stream (the caller's thread closing
+    the COPY) must wait for that read, and no read may reach the COPY afterwards (libpq segfaulted)."""
+    inside, release = threading.Event(), threading.Event()
+    pulled: list[int] = []
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(3):
+            pulled.append(i)
+            if i == 1:
+                inside.set()
+                release.wait(10)
+            yield b"x" * 4
+
+    stream = _CopyStream(chunks())
+    assert stream.readinto(bytearray(4)) == 4
+    reader = threading.Thread(target=lambda: stream.readinto(bytearray(4)))
+    reader.start()
+    assert inside.wait(10)  # the read-ahead thread is inside the COPY
+    ended = threading.Event()
+    ender = threading.Thread(target=lambda: (stream.end(), ended.set()))
+    ender.start()
+    assert not ended.wait(0.3)  # end() waits for the read in flight...
+    release.set()
+    reader.join(10)
+    assert ended.wait(10)  # ...and returns once it is done
+    assert stream.readinto(bytearray(4)) == 0 and pulled == [0, 1]  # nothing reaches the COPY after

@@ -114,17 +114,33 @@ def table_pages(conn: psycopg.Connection[Any], schema: str, table: str) -> tuple
 
 
 class _CopyStream(io.RawIOBase):
-    """A ``COPY ... TO STDOUT`` as a readable binary stream (what Arrow's streaming reader reads)."""
+    """A ``COPY ... TO STDOUT`` as a readable binary stream (what Arrow's streaming reader reads).
+
+    Arrow reads it ahead on an I/O thread of its own, so the COPY (a psycopg connection) is used from
+    that thread while the caller's thread may end it: :meth:`end` waits for a read in flight and
+    makes every later read see the end of the data. Without it, a reader dropped early (an error, a
+    closed generator) or collected later could read the connection while it was being closed, and
+    libpq crashed the process (a segfault seen in CI)."""
 
     def __init__(self, chunks: Iterator[Any]) -> None:
         self._chunks = chunks
         self._pending = memoryview(b"")
+        self._lock = threading.Lock()
+        self._ended = False
         self.bytes = 0
 
     def readable(self) -> bool:
         return True
 
+    def end(self) -> None:
+        with self._lock:
+            self._ended = True
+
     def readinto(self, buffer: Any) -> int:
+        with self._lock:
+            return 0 if self._ended else self._fill(buffer)
+
+    def _fill(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         filled = 0
         while filled < len(view):
@@ -171,11 +187,17 @@ def stream_copy(
             yield from chunks
 
         read_options, parse_options, convert_options = options
-        stream = io.BufferedReader(_CopyStream(all_chunks()), buffer_size=1 << 20)
-        reader = csv.open_csv(
-            stream, read_options=read_options, parse_options=parse_options, convert_options=convert_options
-        )
-        yield from reader
+        raw = _CopyStream(all_chunks())
+        try:
+            reader = csv.open_csv(
+                io.BufferedReader(raw, buffer_size=1 << 20),
+                read_options=read_options,
+                parse_options=parse_options,
+                convert_options=convert_options,
+            )
+            yield from reader
+        finally:
+            raw.end()  # Arrow's read-ahead thread never touches the COPY again
         for _ in chunks:  # drain (the reader stops at the end of the data)
             pass
 
