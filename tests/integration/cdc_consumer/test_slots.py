@@ -4,6 +4,7 @@ slot near its max_slot_wal_keep_size budget, or whose WAL is unreserved, is a wa
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import psycopg
@@ -27,8 +28,19 @@ def test_slot_metrics_follow_the_wal_a_slot_holds(pg_url: str) -> None:
             assert first.slot == slot and not first.active
             conn.execute("CREATE TABLE filler (id int, pad text)")
             conn.execute("INSERT INTO filler SELECT g, repeat('x', 200) FROM generate_series(1, 5000) g")
-            [after] = monitor.poll()
-            assert after.retained_wal_bytes is not None and first.retained_wal_bytes is not None
+            assert first.retained_wal_bytes is not None
+            # pg_current_wal_lsn() is the WAL *written*: with synchronous_commit=off (the test
+            # server's) the WAL writer gets there within its wal_writer_delay, so wait for it
+            deadline = time.monotonic() + 30
+            while True:
+                [after] = monitor.poll()
+                assert after.retained_wal_bytes is not None
+                if (
+                    after.retained_wal_bytes > first.retained_wal_bytes + 500_000
+                    or time.monotonic() > deadline
+                ):
+                    break
+                time.sleep(0.1)
             assert after.retained_wal_bytes > first.retained_wal_bytes + 500_000  # ~1 MB of rows
             assert after.lag_bytes is not None and after.lag_bytes > 500_000  # nobody confirmed it
             assert sample("inlet_cdc_slot_retained_wal_bytes") == after.retained_wal_bytes
