@@ -1,0 +1,166 @@
+"""Catalog sync to a secured metastore: TLS (``hive.metastore.use.SSL``) and SASL PLAIN over it, against the
+real embedded Hive Metastore; a mismatch of either side ends in one line naming the likely cause, not a hang.
+
+Kerberos (GSSAPI) is not run here: it needs a KDC (``krb5-kdc``, a Debian package ``make install`` cannot
+provide) and the ``kerberos`` Python bindings (built against the krb5 development files); see
+docs/catalog.md.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from puresasl.mechanisms import have_kerberos
+
+from inlet.core import HudiTable
+from inlet.services.catalog_sync import CatalogSyncError, MetastoreClient, MetastoreUnavailableError
+from inlet.services.catalog_sync.transport import MetastoreSecurity
+from inlet.services.stack.java import java_tool
+from inlet.services.stack.metastore import EmbeddedMetastore
+
+USER, PASSWORD = "inlet", "s3cret pass"
+SAN = ["-dname", "CN=localhost", "-ext", "SAN=dns:localhost,ip:127.0.0.1"]
+
+
+def make_keystore(d: Path) -> tuple[Path, Path]:
+    """A self-signed server key in a PKCS12 keystore (for the metastore) and its certificate as PEM
+    (the client's CA file): for localhost and 127.0.0.1."""
+    keystore, pem = d / "hms.p12", d / "hms-ca.pem"
+    keytool = str(java_tool("keytool"))
+    common = ["-keystore", str(keystore), "-storepass", "changeit", "-alias", "hms"]
+    subprocess.run(
+        [keytool, "-genkeypair", *common, "-storetype", "PKCS12", "-keyalg", "RSA", "-validity", "2", *SAN],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [keytool, "-exportcert", "-rfc", *common, "-file", str(pem)], check=True, capture_output=True
+    )
+    return keystore, pem
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedMetastore, Path]]:
+    """One metastore serving TLS with SASL PLAIN (Hive 4's metastore.authentication=CONFIG) inside."""
+    d = tmp_path_factory.mktemp("hms-secure")
+    keystore, pem = make_keystore(d)
+    conf = {
+        "hive.metastore.use.SSL": "true",
+        "hive.metastore.keystore.path": str(keystore),
+        "hive.metastore.keystore.password": "changeit",
+        "metastore.authentication": "CONFIG",
+        "metastore.authentication.config.username": USER,
+        "metastore.authentication.config.password": PASSWORD,
+    }
+    security = MetastoreSecurity(ca=str(pem), sasl="plain", user=USER, password=PASSWORD)
+    hms = EmbeddedMetastore(d / "data", conf=conf, security=security)
+    hms.start()
+    try:
+        yield hms, pem
+    finally:
+        hms.stop()
+
+
+def call(uri: str, security: MetastoreSecurity, timeout_s: float = 3.0) -> list[str]:
+    with MetastoreClient(uri, timeout_s, security) as c:
+        return list(c.call("get_all_databases"))
+
+
+def failure(uri: str, security: MetastoreSecurity, timeout_s: float = 2.0) -> str:
+    """The one-line error of a call that must fail, and fail within about the timeout (no hang)."""
+    started = time.monotonic()
+    with pytest.raises(MetastoreUnavailableError) as e:
+        call(uri, security, timeout_s)
+    assert time.monotonic() - started < timeout_s * 2 + 5
+    message = str(e.value)
+    assert "\n" not in message
+    return message
+
+
+def test_tls_and_sasl_plain_sync_a_table_from_the_cli(
+    tmp_path: Path, secured: tuple[EmbeddedMetastore, Path]
+) -> None:
+    hms, pem = secured
+    base = tmp_path / "trips"
+    t = HudiTable.create(str(base), name="trips", record_key="id", ordering_field="ts")
+    t.write(pa.table({"id": pa.array([1], pa.int64()), "ts": pa.array([1], pa.int64())}), "insert")
+    password_file = tmp_path / "password"
+    password_file.write_text(PASSWORD + "\n")
+    cmd = [sys.executable, "-m", "inlet.services.cli.main", "catalog", "sync", str(base)]
+    cmd += ["--metastore", hms.uri, "--database", "secure", "--metastore-ca", str(pem), "--timeout", "10"]
+    env = {
+        "INLET_CATALOG_METASTORE_SASL": "plain",
+        "INLET_CATALOG_METASTORE_USER": USER,
+        "INLET_CATALOG_METASTORE_PASSWORD_FILE": str(password_file),
+    }
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**_env(), **env}, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert [x["name"] for x in json.loads(done.stdout)["tables"]] == ["trips"]
+    security = MetastoreSecurity(ca=str(pem), sasl="plain", user=USER, password=PASSWORD)
+    with MetastoreClient(hms.uri, 10, security) as c:
+        assert c.call("get_table", "secure", "trips").sd.location == f"file:{base}"
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("INLET_CATALOG_")}
+
+
+def test_a_security_mismatch_is_one_line_naming_its_cause(
+    secured: tuple[EmbeddedMetastore, Path], metastore: EmbeddedMetastore, tmp_path: Path
+) -> None:
+    hms, pem = secured
+    tls_plain = MetastoreSecurity(ca=str(pem), sasl="plain", user=USER, password=PASSWORD)
+    assert "default" in call(hms.uri, tls_plain)
+    wrong = MetastoreSecurity(ca=str(pem), sasl="plain", user=USER, password="wrong")
+    message = failure(hms.uri, wrong)
+    assert "(SASL plain over TLS)" in message and "with these credentials?" in message, message
+
+    # plaintext client to the TLS server: the server drops what is no TLS record
+    message = failure(hms.uri, MetastoreSecurity())
+    assert "(plaintext)" in message and "--metastore-tls" in message, message
+    # TLS without SASL to the SASL server: the Thrift call is no SASL start
+    message = failure(hms.uri, MetastoreSecurity(ca=str(pem)))
+    assert "(TLS)" in message and "--metastore-sasl" in message, message
+    # a CA that did not sign the server's certificate
+    other = tmp_path / "other"
+    other.mkdir()
+    _, other_pem = make_keystore(other)
+    message = failure(hms.uri, MetastoreSecurity(ca=str(other_pem)))
+    assert "not trusted" in message and "--metastore-ca" in message, message
+
+    # TLS client to a plaintext metastore: Hive's server drops the ClientHello
+    message = failure(metastore.uri, MetastoreSecurity(ca=str(pem)))
+    assert "closed the connection in the TLS handshake" in message, message
+    assert "hive.metastore.use.SSL=false" in message, message
+    # SASL client to a plaintext metastore
+    message = failure(metastore.uri, MetastoreSecurity(sasl="plain", user=USER, password=PASSWORD), 1.5)
+    assert "no SASL plain handshake" in message and "drop --metastore-sasl" in message, message
+
+
+def test_a_silent_server_times_out_naming_tls(tmp_path: Path) -> None:
+    """A server that never answers (a fault: a proxy or a plaintext server waiting for more bytes) ends
+    in the timeout, with the likely cause, not in a hang."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts TCP (backlog), never speaks
+        uri = f"thrift://127.0.0.1:{silent.getsockname()[1]}"
+        message = failure(uri, MetastoreSecurity(tls=True), timeout_s=1.0)
+        assert "no TLS handshake within 1s" in message and "hive.metastore.use.SSL=false" in message, message
+        message = failure(uri, MetastoreSecurity(), timeout_s=1.0)
+        assert "require TLS" in message and "--metastore-sasl kerberos" in message, message
+
+
+@pytest.mark.skipif(have_kerberos, reason="the kerberos bindings are installed here")
+def test_kerberos_without_its_bindings_is_one_line(metastore: EmbeddedMetastore) -> None:
+    with pytest.raises(CatalogSyncError, match="needs the Python package 'kerberos'"):
+        call(metastore.uri, MetastoreSecurity(sasl="kerberos"))
