@@ -101,5 +101,12 @@ class MetastoreClient:
             message = getattr(e, "message", None) or str(e) or type(e).__name__
             raise CatalogSyncError(f"metastore {method} failed: {type(e).__name__}: {message}") from e
 
+    def get_table(self, database: str, table: str) -> Any:
+        """The metastore's table (raises ``NoSuchObjectException``), by ``get_table_req``: Hive 4.0.1
+        removed the older ``get_table`` call (HIVE-26537); Hive 2.3 and later serve ``get_table_req``."""
+        from hmsclient.genthrift.hive_metastore.ttypes import GetTableRequest
+
+        return self.call("get_table_req", GetTableRequest(dbName=database, tblName=table)).table
+
     def reset_counts(self) -> None:
         self.calls.clear()
