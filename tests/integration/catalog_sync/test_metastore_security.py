@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from puresasl.mechanisms import have_kerberos
 from inlet.core import HudiTable
 from inlet.services.catalog_sync import CatalogSyncError, MetastoreClient, MetastoreUnavailableError
 from inlet.services.catalog_sync.transport import MetastoreSecurity
+from inlet.services.cli.main import main
 from inlet.services.stack.java import java_tool
 from inlet.services.stack.metastore import EmbeddedMetastore
 
@@ -86,7 +86,10 @@ def failure(uri: str, security: MetastoreSecurity, timeout_s: float = 2.0) -> st
 
 
 def test_tls_and_sasl_plain_sync_a_table_from_the_cli(
-    tmp_path: Path, secured: tuple[EmbeddedMetastore, Path]
+    tmp_path: Path,
+    secured: tuple[EmbeddedMetastore, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     hms, pem = secured
     base = tmp_path / "trips"
@@ -94,27 +97,15 @@ def test_tls_and_sasl_plain_sync_a_table_from_the_cli(
     t.write(pa.table({"id": pa.array([1], pa.int64()), "ts": pa.array([1], pa.int64())}), "insert")
     password_file = tmp_path / "password"
     password_file.write_text(PASSWORD + "\n")
-    cmd = [sys.executable, "-m", "inlet.services.cli.main", "catalog", "sync", str(base)]
-    cmd += ["--metastore", hms.uri, "--database", "secure", "--metastore-ca", str(pem), "--timeout", "10"]
-    env = {
-        "INLET_CATALOG_METASTORE_SASL": "plain",
-        "INLET_CATALOG_METASTORE_USER": USER,
-        "INLET_CATALOG_METASTORE_PASSWORD_FILE": str(password_file),
-    }
-    done = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env={**_env(), **env}, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert [x["name"] for x in json.loads(done.stdout)["tables"]] == ["trips"]
+    monkeypatch.setenv("INLET_CATALOG_METASTORE_SASL", "plain")  # flags and environment alike
+    monkeypatch.setenv("INLET_CATALOG_METASTORE_USER", USER)
+    monkeypatch.setenv("INLET_CATALOG_METASTORE_PASSWORD_FILE", str(password_file))
+    argv = ["catalog", "sync", str(base), "--metastore", hms.uri, "--database", "secure"]
+    assert main([*argv, "--metastore-ca", str(pem), "--timeout", "10"]) == 0
+    assert [x["name"] for x in json.loads(capsys.readouterr().out)["tables"]] == ["trips"]
     security = MetastoreSecurity(ca=str(pem), sasl="plain", user=USER, password=PASSWORD)
     with MetastoreClient(hms.uri, 10, security) as c:
-        assert c.call("get_table", "secure", "trips").sd.location == f"file:{base}"
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith("INLET_CATALOG_")}
+        assert c.get_table("secure", "trips").sd.location == f"file:{base}"
 
 
 def test_a_security_mismatch_is_one_line_naming_its_cause(

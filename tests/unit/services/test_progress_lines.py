@@ -41,7 +41,7 @@ def stderr() -> io.StringIO:
     logs.configure(level="WARNING")
 
 
-def test_a_long_compaction_and_clean_log_progress_at_the_default_level(
+def test_a_long_compaction_clean_and_clustering_log_progress_at_the_default_level(
     tmp_path: Path, stderr: io.StringIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     t = _table(tmp_path)
@@ -54,12 +54,14 @@ def test_a_long_compaction_and_clean_log_progress_at_the_default_level(
     t.clean(
         {"hoodie.cleaner.policy": "KEEP_LATEST_FILE_VERSIONS", "hoodie.cleaner.fileversions.retained": "1"}
     )
+    assert t.cluster({"hoodie.clustering.plan.strategy.sort.columns": "id"}, force=True) is not None
     lines = [line for line in stderr.getvalue().splitlines() if "inlet.progress" in line]
     text = "\n".join(lines)
     assert f"compaction {instant}: 1/3 file groups, 1 rows" in text, text
     assert f"compaction {instant}: 3/3 file groups, 3 rows" in text and "(done in" in text, text
     assert "done=3" in text and "total=3" in text, text  # the numbers as fields too
     assert "clean " in text and "files deleted" in text, text
+    assert "clustering " in text and " groups" in text, text
 
 
 def test_a_short_compaction_is_quiet(tmp_path: Path, stderr: io.StringIO) -> None:
