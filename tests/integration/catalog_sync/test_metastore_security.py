@@ -9,6 +9,7 @@ docs/catalog.md.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -18,6 +19,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from puresasl.mechanisms import have_kerberos
+from support.kdc import REALM, Kdc
+from support.kdc import missing as kdc_missing
 
 from inlet.core import HudiTable
 from inlet.services.catalog_sync import CatalogSyncError, MetastoreClient, MetastoreUnavailableError
@@ -149,6 +152,62 @@ def test_a_silent_server_times_out_naming_tls(tmp_path: Path) -> None:
         assert "no TLS handshake within 1s" in message and "hive.metastore.use.SSL=false" in message, message
         message = failure(uri, MetastoreSecurity(), timeout_s=1.0)
         assert "require TLS" in message and "--metastore-sasl kerberos" in message, message
+
+
+@pytest.fixture(scope="module")
+def kerberized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedMetastore, Kdc, Path]]:
+    """A KDC and a metastore serving Kerberos SASL as hive/localhost@INLET.TEST; the client's keytab."""
+    why = kdc_missing()
+    if why:
+        pytest.skip(why)
+    d = tmp_path_factory.mktemp("hms-kerberos")
+    with Kdc(d / "kdc") as kdc:
+        server_keytab = kdc.keytab(d / "hive.keytab", "hive/localhost")
+        client_keytab = kdc.keytab(d / "inlet.keytab", "inlet")
+        conf = {
+            "hive.metastore.sasl.enabled": "true",
+            "hive.metastore.kerberos.principal": f"hive/localhost@{REALM}",
+            "hive.metastore.kerberos.keytab.file": str(server_keytab),
+        }
+        saved = {k: os.environ.get(k) for k in (*kdc.env, "KRB5_CLIENT_KTNAME", "KRB5CCNAME")}
+        os.environ.update({**kdc.env, "KRB5_CLIENT_KTNAME": str(client_keytab), "KRB5CCNAME": f"FILE:{d}/cc"})
+        hms = EmbeddedMetastore(
+            d / "data",
+            conf=conf,
+            security=MetastoreSecurity(sasl="kerberos", kerberos_host="localhost"),
+            jvm_options=[f"-Djava.security.krb5.conf={kdc.krb5_conf}"],
+        )
+        try:
+            hms.start()
+            yield hms, kdc, client_keytab
+        finally:
+            hms.stop()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def test_kerberos_sync_with_a_client_keytab_and_one_line_without_credentials(
+    tmp_path: Path,
+    kerberized: tuple[EmbeddedMetastore, Kdc, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hms, _, _ = kerberized
+    base = tmp_path / "orders"
+    t = HudiTable.create(str(base), name="orders", record_key="id", ordering_field="ts")
+    t.write(pa.table({"id": pa.array([1], pa.int64()), "ts": pa.array([1], pa.int64())}), "insert")
+    argv = ["catalog", "sync", str(base), "--metastore", hms.uri, "--database", "krb", "--timeout", "10"]
+    argv += ["--metastore-sasl", "kerberos", "--metastore-kerberos-host", "localhost"]
+    assert main(argv) == 0  # credentials from KRB5_CLIENT_KTNAME; principal hive/localhost
+    assert [x["name"] for x in json.loads(capsys.readouterr().out)["tables"]] == ["orders"]
+
+    monkeypatch.setenv("KRB5_CLIENT_KTNAME", str(tmp_path / "no.keytab"))  # no credentials at all
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/empty-cc")
+    message = failure(hms.uri, MetastoreSecurity(sasl="kerberos", kerberos_host="localhost"))
+    assert "(SASL kerberos)" in message and "no SASL kerberos handshake" in message, message
 
 
 @pytest.mark.skipif(have_kerberos, reason="the kerberos bindings are installed here")

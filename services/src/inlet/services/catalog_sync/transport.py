@@ -126,7 +126,7 @@ def _sasl_factory(host: str, security: MetastoreSecurity) -> tuple[Any, str]:
         if not have_kerberos:
             raise CatalogSyncError(
                 "--metastore-sasl kerberos needs the Python package 'kerberos' (MIT Kerberos bindings: "
-                "pip install kerberos, with the krb5 development files)"
+                "pip install 'inlet-services[kerberos]', with the krb5 development files)"
             )
         service_host = security.kerberos_host or host
         return (lambda: _PureSaslClient(service_host, security.kerberos_service, "GSSAPI")), "GSSAPI"

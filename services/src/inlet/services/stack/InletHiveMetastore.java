@@ -25,8 +25,13 @@ import org.apache.hadoop.fs.permission.FsPermission;
 import org.apache.hadoop.util.Progressable;
 import org.apache.hadoop.hive.conf.HiveConf;
 import org.apache.hadoop.hive.metastore.HiveMetaStore;
+import org.apache.hadoop.hive.metastore.MetaStoreUtils;
 import org.apache.hadoop.hive.metastore.TSetIpAddressProcessor;
 import org.apache.hadoop.hive.metastore.api.ThriftHiveMetastore;
+import org.apache.hadoop.hive.shims.ShimLoader;
+import org.apache.hadoop.hive.thrift.HadoopThriftAuthBridge;
+import org.apache.hadoop.security.SecurityUtil;
+import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.thrift.TProcessor;
 import org.apache.thrift.protocol.TBinaryProtocol;
 import org.apache.thrift.server.TServer;
@@ -54,7 +59,9 @@ import org.apache.thrift.transport.TTransportFactory;
  * of {@code hive.metastore.keystore.path}/{@code .password}, as Hive's own server does (through
  * thrift's {@code TSSLTransportFactory}). {@code metastore.authentication=CONFIG} asks for SASL PLAIN
  * with the one user of {@code metastore.authentication.config.username}/{@code .password}, as Hive 4's
- * metastore does (Hive 2.3 has no PLAIN; its SASL is Kerberos only, not served here).
+ * metastore does (Hive 2.3 has no PLAIN). {@code hive.metastore.sasl.enabled=true} serves Kerberos
+ * (GSSAPI) with {@code hive.metastore.kerberos.principal}/{@code .keytab.file}, as Hive 2.3 does
+ * (without its delegation tokens); the JVM needs {@code -Djava.security.krb5.conf}.
  *
  * <p>Usage: {@code java -cp CONF:JARS InletHiveMetastore HOST PORT}. Prints {@code INLET-HMS-SERVING
  * HOST:PORT} once the socket is bound; exits on SIGTERM.
@@ -84,7 +91,18 @@ public final class InletHiveMetastore {
         }
         TTransportFactory transportFactory = new TTransportFactory();
         TProcessor processor = new TSetIpAddressProcessor<>(handler);
-        if ("CONFIG".equalsIgnoreCase(conf.get("metastore.authentication", ""))) {
+        if (conf.getBoolVar(HiveConf.ConfVars.METASTORE_USE_THRIFT_SASL)) {
+            // Kerberos, as HiveMetaStore.startMetaStore sets it up (without delegation tokens)
+            conf.set("hadoop.security.authentication", "kerberos");
+            UserGroupInformation.setConfiguration(conf);
+            String principal = SecurityUtil.getServerPrincipal(
+                    conf.getVar(HiveConf.ConfVars.METASTORE_KERBEROS_PRINCIPAL), host);
+            HadoopThriftAuthBridge.Server saslServer = ShimLoader.getHadoopThriftAuthBridge()
+                    .createServer(conf.getVar(HiveConf.ConfVars.METASTORE_KERBEROS_KEYTAB_FILE), principal);
+            transportFactory = saslServer.createTransportFactory(
+                    MetaStoreUtils.getMetaStoreSaslProperties(conf));
+            processor = saslServer.wrapProcessor(new ThriftHiveMetastore.Processor<>(handler));
+        } else if ("CONFIG".equalsIgnoreCase(conf.get("metastore.authentication", ""))) {
             Security.addProvider(new PlainProvider());
             String user = conf.get("metastore.authentication.config.username", "");
             String password = conf.get("metastore.authentication.config.password", "");

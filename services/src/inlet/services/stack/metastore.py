@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -143,6 +143,7 @@ class EmbeddedMetastore:
         heap: str = "384m",
         conf: Mapping[str, str] | None = None,
         security: MetastoreSecurity | None = None,
+        jvm_options: Sequence[str] = (),
         startup_timeout_s: float = 120.0,
         stop_grace_s: float = 10.0,
     ) -> None:
@@ -155,6 +156,7 @@ class EmbeddedMetastore:
         self.heap = heap
         self.extra_conf = dict(conf or {})
         self.security = security  # how a client reaches it (TLS/SASL of ``conf``): readiness, client()
+        self.jvm_options = list(jvm_options)  # e.g. -Djava.security.krb5.conf=... for Kerberos
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
         self._proc: subprocess.Popen[bytes] | None = None
@@ -331,6 +333,7 @@ class EmbeddedMetastore:
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
             "-Djava.awt.headless=true",
+            *self.jvm_options,
             f"-Dlog4j.configurationFile={conf_dir / 'log4j2.properties'}",
             f"-Dderby.stream.error.file={self.data_dir.resolve() / 'derby.log'}",
             "-cp",
