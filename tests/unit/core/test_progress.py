@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from inlet.core.progress import FIELDS_ATTR, LOGGER, Progress, human
+from inlet.core.progress import FIELDS_ATTR, LOGGER, Progress, Throttle, human
 
 
 def test_a_long_job_logs_at_most_once_per_interval_and_a_closing_line(
@@ -56,3 +56,18 @@ def test_a_short_job_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_human_numbers() -> None:
     assert [human(n) for n in (950, 1234, 1_234_567, 2e9)] == ["950", "1.2k", "1.2M", "2.0G"]
+
+
+def test_throttle_keys_first_lines_and_force() -> None:
+    now = [0.0]
+    throttle = Throttle(2.0, clock=lambda: now[0])
+    throttle.hold("held")
+    assert [throttle.due("a"), throttle.due("a"), throttle.due("b"), throttle.due("held")] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert throttle.due("a", force=True)
+    now[0] += 2.0
+    assert [throttle.due("a"), throttle.due("a"), throttle.due("held")] == [True, False, True]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 
 import pyarrow as pa
@@ -68,3 +69,23 @@ def test_a_short_compaction_is_quiet(tmp_path: Path, stderr: io.StringIO) -> Non
     t = _table(tmp_path)
     assert t.compact(DUE) is not None
     assert "inlet.progress" not in stderr.getvalue()
+
+
+def test_verify_progress_is_throttled_per_table(caplog: pytest.LogCaptureFixture) -> None:
+    from inlet.services.verify.verifier import Progress
+
+    now = [100.0]
+    p = Progress(interval_s=2.0, clock=lambda: now[0])
+    caplog.set_level(logging.INFO, logger="inlet.verify.progress")
+    p("a", "verifying", force=True)
+    p("a", "reading the lake", rows=1)  # within 2 s of the forced line: dropped
+    p("b", "verifying")
+    now[0] += 2.0
+    p("a", "reading the lake", rows=2)
+    p("a", "verified", force=True)
+    assert [(r.getMessage(), r.inlet_fields["table"]) for r in caplog.records] == [
+        ("verifying", "a"),
+        ("verifying", "b"),
+        ("reading the lake", "a"),
+        ("verified", "a"),
+    ]

@@ -41,6 +41,31 @@ def human(n: float) -> str:
     return f"{n:.0f}"
 
 
+class Throttle:
+    """Whether a line is due: at most one per ``interval_s`` for each key (thread-safe). A key seen for the
+    first time is due at once, unless :meth:`hold` started its interval (a job's first line)."""
+
+    def __init__(self, interval_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = DEFAULT_INTERVAL_S if interval_s is None else interval_s
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, key: str = "") -> None:
+        """Start ``key``'s interval now: its first line is due only ``interval_s`` from now."""
+        with self._lock:
+            self._last[key] = self._clock()
+
+    def due(self, key: str = "", force: bool = False) -> bool:
+        with self._lock:
+            now = self._clock()
+            last = self._last.get(key)
+            if force or last is None or now - last >= self.interval_s:
+                self._last[key] = now
+                return True
+            return False
+
+
 class Progress:
     """Thread-safe counters of one job, logged at most every ``interval_s`` (see the module doc)."""
 
@@ -58,7 +83,8 @@ class Progress:
         self.job = job
         self.unit = unit
         self.total = total
-        self.interval_s = DEFAULT_INTERVAL_S if interval_s is None else interval_s
+        self._throttle = Throttle(interval_s, clock)
+        self.interval_s = self._throttle.interval_s
         self.done = 0
         self.rows = 0
         self.lines = 0  # progress lines logged so far
@@ -66,7 +92,7 @@ class Progress:
         self._logger = logger or _log
         self._clock = clock
         self.started = clock()
-        self._last = self.started
+        self._throttle.hold()
         self._lock = threading.Lock()
 
     def advance(self, units: int = 1, rows: int = 0) -> None:
@@ -74,11 +100,7 @@ class Progress:
         with self._lock:
             self.done += units
             self.rows += rows
-            now = self._clock()
-            due = now - self._last >= self.interval_s
-            if due:
-                self._last = now
-        if due:
+        if self._throttle.due():
             self.log()
 
     def add_rows(self, rows: int) -> None:
