@@ -30,7 +30,7 @@ def missing() -> str | None:
     try:
         import kerberos  # noqa: F401
     except ImportError:
-        return "no 'kerberos' Python bindings (pip install kerberos, with Debian libkrb5-dev)"
+        return "no 'kerberos' Python bindings (inlet-services[kerberos], built with Debian libkrb5-dev)"
     return None
 
 

@@ -1,9 +1,9 @@
-"""Catalog sync to a secured metastore: TLS (``hive.metastore.use.SSL``) and SASL PLAIN over it, against the
-real embedded Hive Metastore; a mismatch of either side ends in one line naming the likely cause, not a hang.
+"""Catalog sync to a secured metastore, against the real embedded Hive Metastore: TLS
+(``hive.metastore.use.SSL``) with SASL PLAIN inside, and Kerberos (``hive.metastore.sasl.enabled``) with a
+real MIT KDC; a mismatch of either side ends in one line naming the likely cause, not a hang.
 
-Kerberos (GSSAPI) is not run here: it needs a KDC (``krb5-kdc``, a Debian package ``make install`` cannot
-provide) and the ``kerberos`` Python bindings (built against the krb5 development files); see
-docs/catalog.md.
+The Kerberos test skips where the KDC binaries (Debian ``krb5-kdc``, ``krb5-admin-server``) or the
+``kerberos`` Python bindings are missing; see docs/catalog.md.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from puresasl.mechanisms import have_kerberos
 from support.kdc import REALM, Kdc
 from support.kdc import missing as kdc_missing
 
 from inlet.core import HudiTable
-from inlet.services.catalog_sync import CatalogSyncError, MetastoreClient, MetastoreUnavailableError
+from inlet.services.catalog_sync import MetastoreClient, MetastoreUnavailableError
 from inlet.services.catalog_sync.transport import MetastoreSecurity
 from inlet.services.cli.main import main
 from inlet.services.stack.java import java_tool
@@ -208,9 +207,3 @@ def test_kerberos_sync_with_a_client_keytab_and_one_line_without_credentials(
     monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path}/empty-cc")
     message = failure(hms.uri, MetastoreSecurity(sasl="kerberos", kerberos_host="localhost"))
     assert "(SASL kerberos)" in message and "no SASL kerberos handshake" in message, message
-
-
-@pytest.mark.skipif(have_kerberos, reason="the kerberos bindings are installed here")
-def test_kerberos_without_its_bindings_is_one_line(metastore: EmbeddedMetastore) -> None:
-    with pytest.raises(CatalogSyncError, match="needs the Python package 'kerberos'"):
-        call(metastore.uri, MetastoreSecurity(sasl="kerberos"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from puresasl.mechanisms import have_kerberos
 
 from inlet.services.cli.main import main
 
@@ -28,3 +29,31 @@ def test_a_bad_security_combination_is_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_catalog_run_passes_the_security_settings_to_the_service(tmp_path: Path) -> None:
+    from inlet.services.catalog_sync.transport import MetastoreSecurity
+    from inlet.services.cli.catalog import config_from_args
+    from inlet.services.cli.main import build_parser
+
+    password = tmp_path / "pw"
+    password.write_text("secret\n")
+    argv = ["catalog", "run", "--kafka-bootstrap", "127.0.0.1:1", "--metastore", "thrift://h:9083"]
+    argv += ["--metastore-ca", "ca.pem", "--metastore-sasl", "PLAIN", "--metastore-user", "u"]
+    config, _ = config_from_args(
+        build_parser().parse_args([*argv, "--metastore-password-file", str(password)])
+    )
+    assert config.metastore_security == MetastoreSecurity(
+        ca="ca.pem", sasl="plain", user="u", password="secret"
+    )
+
+
+@pytest.mark.skipif(have_kerberos, reason="the kerberos bindings are installed here")
+def test_kerberos_without_its_bindings_is_one_line() -> None:
+    from inlet.services.catalog_sync import CatalogSyncError, MetastoreClient
+    from inlet.services.catalog_sync.transport import MetastoreSecurity
+
+    with pytest.raises(CatalogSyncError, match="needs the Python package 'kerberos'"):  # before connecting
+        MetastoreClient("thrift://127.0.0.1:1", 1.0, MetastoreSecurity(sasl="kerberos")).call(
+            "get_all_databases"
+        )
