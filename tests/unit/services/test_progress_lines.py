@@ -63,6 +63,25 @@ def test_a_long_compaction_clean_and_clustering_log_progress_at_the_default_leve
     assert "done=3" in text and "total=3" in text, text  # the numbers as fields too
     assert "clean " in text and "files deleted" in text, text
     assert "clustering " in text and " groups" in text, text
+    assert f'table="{t.base_path}"' in text, text  # which table, for table-services run's many
+
+
+def test_a_long_archive_logs_progress(
+    tmp_path: Path, stderr: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = HudiTable.create(str(tmp_path / "a"), name="a", record_key="id", ordering_field="ts")
+    for i in range(6):
+        t.write(pa.table({"id": pa.array([i], pa.int64()), "ts": pa.array([1], pa.int64())}), "upsert")
+    monkeypatch.setattr(progress, "DEFAULT_INTERVAL_S", 0.0)
+    keep = {
+        "hoodie.keep.min.commits": "2",
+        "hoodie.keep.max.commits": "3",
+        "hoodie.clean.commits.retained": "1",
+    }
+    archived = t.archive(keep).archived
+    assert len(archived) == 4
+    text = stderr.getvalue()
+    assert f"archive {archived[0]}..{archived[-1]}: 4/4 instants read (done in" in text, text
 
 
 def test_a_short_compaction_is_quiet(tmp_path: Path, stderr: io.StringIO) -> None:

@@ -449,7 +449,12 @@ def archive(
         acts = [a for a in active_actions(storage, timeline, [i.time for i in instants]) if a.completed]
         written = None
         if acts:
-            progress = Progress("archive", "instants read", total=len(acts))
+            progress = Progress(
+                f"archive {acts[0].time}..{acts[-1].time}",
+                "instants read",
+                total=len(acts),
+                table=storage.base_uri,
+            )
             records = []
             for act in acts:
                 storage.delete_dir(marker_dir(act.time))  # deleteAnyLeftOverMarkers

@@ -293,7 +293,9 @@ def _execute(table: TableHandle, instant: Instant, plan: CleanPlan) -> Instant:
     faults.crash_point(faults.CLEAN_AFTER_PLAN)
     partition_md: dict[str, dict[str, Any]] = {}
     total = 0
-    progress = Progress(f"clean {instant.time}", "files deleted", total=plan.file_count)
+    progress = Progress(
+        f"clean {instant.time}", "files deleted", total=plan.file_count, table=table.base_path
+    )
     for partition, files in plan.files.items():
         names = [posixpath.basename(f) for f in files]
         for f in files:

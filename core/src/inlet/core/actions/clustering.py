@@ -388,7 +388,7 @@ def run_clustering(
     metadata = CommitMetadata(operation_type=WriteOperation.CLUSTER.value, partition_to_replace_file_ids={})
     try:
         with pending.guard(lambda _: roll_back_attempt(table, _inflight(t))):
-            progress = Progress(f"clustering {t}", "groups", total=len(plan.groups))
+            progress = Progress(f"clustering {t}", "groups", total=len(plan.groups), table=table.base_path)
             for task_id, group in enumerate(plan.groups):
                 rows = 0
                 for stat in cluster_group(table, ctx, group, plan.sort_columns, task_id):

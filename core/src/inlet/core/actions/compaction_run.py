@@ -357,7 +357,9 @@ def _run_locally(
     table: TableHandle, ctx: CompactionContext, operations: Sequence[CompactionOperation]
 ) -> list[WriteStat]:
     stats = []
-    progress = Progress(f"compaction {ctx.instant_time}", "file groups", total=len(operations))
+    progress = Progress(
+        f"compaction {ctx.instant_time}", "file groups", total=len(operations), table=table.base_path
+    )
     for task_id, op in enumerate(operations):
         stats.append(compact_operation(table.storage, ctx, op, task_id))
         progress.advance(rows=stats[-1].num_writes)
