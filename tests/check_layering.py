@@ -40,7 +40,7 @@ def imports(path: pathlib.Path, submodules: bool = False) -> list[tuple[int, str
 CORE = ROOT / "core/src"
 # inlet.core's layers, lowest first: a module may import its own layer and those below
 CORE_LAYERS = (
-    ("errors", "faults"),
+    ("errors", "faults", "progress"),
     ("config", "s3", "storage_requests", "storage", "avro", "schema", "keys"),
     ("timeline",),
     ("table.properties", "table.meta"),

@@ -53,11 +53,17 @@ def test_progress_logs_rows_rate_and_eta_at_most_once_per_interval(caplog: pytes
     progress.add_rows(1000)  # 5 s in: one line
     now[0] += 1.0
     progress.add_rows(1000)
-    [record] = caplog.records
-    assert record.getMessage() == "initial load: loading"
+    [record] = caplog.records  # a quarter of the pages in 5 s: 15 s left
+    assert record.getMessage() == "initial load app.public.t: 25/100 pages, 5.0k rows, 1.0k rows/s, ETA 15 s"
     fields = TextFormatter().format(record)
-    assert "rows=5000" in fields and "rows_per_s=1000" in fields, fields
-    assert "eta_s=15.0" in fields, fields  # a quarter of the pages in 5 s: 15 s left
+    assert "rows=5000" in fields and "rows_per_s=1000" in fields and 'table="app.public.t"' in fields, fields
+    assert "eta_s=15.0" in fields, fields
+    progress.report("table read")
+    assert (
+        caplog.records[-1]
+        .getMessage()
+        .endswith("25/100 pages, 6.0k rows, 1.0k rows/s, ETA 18 s (table read)")
+    )
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,8 @@ FORMATS = ("text", "json")
 DEFAULT_LEVEL = "WARNING"
 DEFAULT_FORMAT = "text"
 
-_FIELDS_ATTR = "inlet_fields"
+_FIELDS_ATTR = "inlet_fields"  # = inlet.core.progress.FIELDS_ATTR (not imported: logs stay light)
+PROGRESS_LOGGER = "inlet.progress"  # = inlet.core.progress.LOGGER: long jobs' throttled progress lines
 _BASE_KEYS = ("ts", "level", "logger", "message")
 _HANDLER_NAME = "inlet-structured"
 
@@ -105,6 +106,8 @@ def configure(level: str | None = None, fmt: str | None = None, stream: IO[str] 
     handler.setFormatter(formatter)
     root.addHandler(handler)
     root.setLevel(lvl)
+    # progress of long jobs shows at the default level (WARNING); a level above it hides it too
+    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO if lvl == "WARNING" else logging.NOTSET)
     logging.captureWarnings(True)
     logging.getLogger("py.warnings").setLevel(logging.DEBUG if lvl == "DEBUG" else logging.CRITICAL)
 

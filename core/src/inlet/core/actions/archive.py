@@ -68,6 +68,7 @@ from inlet.core.config import (
     config_keys,
 )
 from inlet.core.errors import InletError, InvalidOptionError, UnsupportedError
+from inlet.core.progress import Progress
 from inlet.core.storage import Storage
 from inlet.core.table.properties import read_properties
 from inlet.core.timeline.active import Timeline
@@ -448,9 +449,19 @@ def archive(
         acts = [a for a in active_actions(storage, timeline, [i.time for i in instants]) if a.completed]
         written = None
         if acts:
-            for act in acts:  # deleteAnyLeftOverMarkers
-                storage.delete_dir(marker_dir(act.time))
-            written = lsm.write([lsm_record(storage, timeline, a) for a in acts])
+            progress = Progress(
+                f"archive {acts[0].time}..{acts[-1].time}",
+                "instants read",
+                total=len(acts),
+                table=storage.base_uri,
+            )
+            records = []
+            for act in acts:
+                storage.delete_dir(marker_dir(act.time))  # deleteAnyLeftOverMarkers
+                records.append(lsm_record(storage, timeline, act))
+                progress.advance()
+            progress.finish()
+            written = lsm.write(records)
             faults.crash_point(faults.ARCHIVE_AFTER_WRITE)
             _delete_actions(storage, timeline, acts)
         # Hudi compacts only after archiving a batch; Inlet checks on every run, so a run that

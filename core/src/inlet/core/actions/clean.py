@@ -42,6 +42,7 @@ from inlet.core.actions.rollback import rollback_failed_writes
 from inlet.core.commit.locks import table_lock
 from inlet.core.config import ConfigKey, check_options, config_keys
 from inlet.core.file_group.view import FileGroup, FileSlice, FileSystemView
+from inlet.core.progress import Progress
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, State, format_instant_time
@@ -292,10 +293,14 @@ def _execute(table: TableHandle, instant: Instant, plan: CleanPlan) -> Instant:
     faults.crash_point(faults.CLEAN_AFTER_PLAN)
     partition_md: dict[str, dict[str, Any]] = {}
     total = 0
+    progress = Progress(
+        f"clean {instant.time}", "files deleted", total=plan.file_count, table=table.base_path
+    )
     for partition, files in plan.files.items():
         names = [posixpath.basename(f) for f in files]
         for f in files:
             table.storage.delete(f)  # a file already gone (an earlier, interrupted run) is fine
+            progress.advance()
         total += len(files)
         partition_md[partition] = {
             "partitionPath": partition,
@@ -319,6 +324,7 @@ def _execute(table: TableHandle, instant: Instant, plan: CleanPlan) -> Instant:
         "bootstrapPartitionMetadata": {},
         "extraMetadata": None,
     }
+    progress.finish()
     done = table.commit_protocol.finish(instant, avro.encode("HoodieCleanMetadata", metadata))
     log.info(
         "clean %s deleted %d file(s) (%s, retaining from %s)", done.time, total, plan.policy, e and e.time

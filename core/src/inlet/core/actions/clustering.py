@@ -51,6 +51,7 @@ from inlet.core.config import ClusteringConfig, IndexType, TableConfig, WriteCon
 from inlet.core.errors import CommitConflictError, InvalidInputError, UnsupportedError
 from inlet.core.file_group.reader import read_file_slice
 from inlet.core.file_group.view import BaseFile, FileSlice, LogFile, base_file_name, write_token
+from inlet.core.progress import Progress
 from inlet.core.schema import MetaField
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
@@ -387,11 +388,16 @@ def run_clustering(
     metadata = CommitMetadata(operation_type=WriteOperation.CLUSTER.value, partition_to_replace_file_ids={})
     try:
         with pending.guard(lambda _: roll_back_attempt(table, _inflight(t))):
+            progress = Progress(f"clustering {t}", "groups", total=len(plan.groups), table=table.base_path)
             for task_id, group in enumerate(plan.groups):
+                rows = 0
                 for stat in cluster_group(table, ctx, group, plan.sort_columns, task_id):
                     metadata.add(stat)
+                    rows += stat.num_writes
+                progress.advance(rows=rows)
                 if task_id == 0:
                     faults.crash_point(AFTER_FIRST_GROUP)
+            progress.finish()
             for p, fid in sorted(plan.file_groups()):
                 metadata.partition_to_replace_file_ids.setdefault(p, []).append(fid)  # type: ignore[union-attr]
             metadata.extra_metadata = {SCHEMA_KEY: ctx.avro_schema}

@@ -74,6 +74,7 @@ from inlet.core.file_group.view import (
     write_token,
 )
 from inlet.core.merge.records import MergeConfig, SliceStats
+from inlet.core.progress import Progress
 from inlet.core.read.snapshot import merge_config
 from inlet.core.schema import META_COLUMNS, MetaField, from_avro_schema, meta_schema
 from inlet.core.storage import Storage
@@ -356,10 +357,15 @@ def _run_locally(
     table: TableHandle, ctx: CompactionContext, operations: Sequence[CompactionOperation]
 ) -> list[WriteStat]:
     stats = []
+    progress = Progress(
+        f"compaction {ctx.instant_time}", "file groups", total=len(operations), table=table.base_path
+    )
     for task_id, op in enumerate(operations):
         stats.append(compact_operation(table.storage, ctx, op, task_id))
+        progress.advance(rows=stats[-1].num_writes)
         if task_id == 0:
             faults.crash_point(AFTER_FIRST_FILE)
+    progress.finish()
     return stats
 
 

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from inlet.services.catalog_sync.errors import CatalogSyncError, MetastoreUnavailableError
 from inlet.services.catalog_sync.metastore import MetastoreClient
 from inlet.services.catalog_sync.sync import SyncReport, sync_table
+from inlet.services.catalog_sync.transport import MetastoreSecurity
 from inlet.services.commit_events import DEFAULT_TOPIC, CommitEventFollower, PendingTable
 
 _log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class ServiceConfig:
     retry_max_s: float = 30.0
     metastore_timeout_s: float = 60.0
     kafka: dict[str, Any] = field(default_factory=dict)
+    metastore_security: MetastoreSecurity = field(default_factory=MetastoreSecurity)
 
 
 class Metrics:
@@ -113,7 +115,7 @@ class CatalogSyncService:
             on_event=self.metrics.events.inc,
             on_bad_event=self.metrics.bad_events.inc,
         )
-        self.client = MetastoreClient(config.metastore, config.metastore_timeout_s)
+        self.client = MetastoreClient(config.metastore, config.metastore_timeout_s, config.metastore_security)
         self.last_error: str | None = None
         self.last_reports: dict[str, SyncReport] = {}
         self.synced = threading.Condition()

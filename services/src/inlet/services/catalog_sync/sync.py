@@ -387,7 +387,7 @@ class HiveSync:
         from hmsclient.genthrift.hive_metastore.ttypes import NoSuchObjectException
 
         try:
-            return self.client.call("get_table", self.db, name)
+            return self.client.get_table(self.db, name)
         except NoSuchObjectException:
             return None
 
@@ -441,7 +441,7 @@ class HiveSync:
         """``HMSDDLExecutor.updateTableDefinition``: replace the columns, CASCADE when partitioned."""
         from hmsclient.genthrift.hive_metastore.ttypes import EnvironmentContext
 
-        tbl = self.client.call("get_table", self.db, name)
+        tbl = self.client.get_table(self.db, name)
         tbl.sd.cols = self._field_schemas(columns)
         context = EnvironmentContext({"CASCADE": "true"} if self.cfg.partition_fields else {})
         self.client.call("alter_table_with_environment_context", self.db, name, tbl, context)
@@ -454,7 +454,7 @@ class HiveSync:
         if not wanted:
             return False
         wanted.setdefault("serialization.format", "1")
-        tbl = self.client.call("get_table", self.db, target.name)
+        tbl = self.client.get_table(self.db, target.name)
         sd = tbl.sd
         remote = sd.serdeInfo
         update = remote is None or not _contains_all(remote.parameters, wanted)
@@ -472,7 +472,7 @@ class HiveSync:
         """``HoodieHiveSyncClient.updateTableProperties``."""
         if not wanted:
             return False
-        tbl = self.client.call("get_table", self.db, name)
+        tbl = self.client.get_table(self.db, name)
         if _contains_all(tbl.parameters, wanted):
             return False
         tbl.parameters = {**(tbl.parameters or {}), **wanted}
@@ -485,7 +485,7 @@ class HiveSync:
         if last is None:
             return
         completion = self.state.latest_completion_time()
-        tbl = self.client.call("get_table", self.db, name)
+        tbl = self.client.get_table(self.db, name)
         tbl.sd.location = self.cfg.base_path
         if tbl.sd.serdeInfo.parameters is None:
             tbl.sd.serdeInfo.parameters = {}
@@ -504,7 +504,7 @@ class HiveSync:
     def _sync_partitions(self, name: str, exists: bool, res: TableSyncResult) -> bool:
         if not self.cfg.partition_fields:
             return False
-        tbl = self.client.call("get_table", self.db, name)
+        tbl = self.client.get_table(self.db, name)
         params = tbl.parameters or {}
         last = params.get(LAST_COMMIT_TIME_SYNC) if exists and self.cfg.incremental else None
         last_completion = (

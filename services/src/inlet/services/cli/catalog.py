@@ -35,6 +35,65 @@ _log = logging.getLogger("inlet.catalog")
 CATALOG_ENV = "INLET_CATALOG_"
 METASTORE_ENV = "INLET_METASTORE_"
 
+# the client's side of a secured metastore (Hive's hive.metastore.use.SSL, hive.metastore.sasl.enabled,
+# Hive 4's metastore.authentication); see docs/catalog.md
+SECURITY_SETTINGS = (
+    Setting(
+        "metastore_tls",
+        "--metastore-tls",
+        "use TLS to the metastore (hive.metastore.use.SSL=true) with the system's trusted CAs",
+        kind="bool",
+        default=False,
+    ),
+    Setting(
+        "metastore_ca",
+        "--metastore-ca",
+        "PEM file of the CA that signed the metastore's certificate (turns TLS on)",
+        metavar="FILE",
+    ),
+    Setting(
+        "metastore_cert",
+        "--metastore-cert",
+        "PEM client certificate for a metastore that asks for one (with TLS)",
+        metavar="FILE",
+    ),
+    Setting(
+        "metastore_key",
+        "--metastore-key",
+        "private key of --metastore-cert (default: in that file)",
+        metavar="FILE",
+    ),
+    Setting(
+        "metastore_sasl",
+        "--metastore-sasl",
+        "SASL on the metastore connection: none; kerberos (GSSAPI, hive.metastore.sasl.enabled=true; "
+        "credentials from the ticket cache or KRB5_CLIENT_KTNAME); plain (user and password, Hive 4's "
+        "metastore.authentication=LDAP|CONFIG)",
+        default="none",
+        metavar="none|kerberos|plain",
+    ),
+    Setting(
+        "metastore_kerberos_service_name",
+        "--metastore-kerberos-service-name",
+        "service of the metastore's Kerberos principal SERVICE/_HOST@REALM",
+        default="hive",
+        metavar="NAME",
+    ),
+    Setting(
+        "metastore_kerberos_host",
+        "--metastore-kerberos-host",
+        "host of the metastore's Kerberos principal, the _HOST (default: the --metastore URI's host)",
+        metavar="HOST",
+    ),
+    Setting("metastore_user", "--metastore-user", "user for --metastore-sasl plain", metavar="USER"),
+    Setting(
+        "metastore_password_file",
+        "--metastore-password-file",
+        "file holding the password for --metastore-sasl plain (e.g. a mounted Secret), read at start",
+        metavar="FILE",
+    ),
+)
+
 SYNC_SETTINGS = (
     Setting("metastore", "--metastore", "metastore URI, thrift://HOST:PORT", metavar="URI", required=True),
     Setting(
@@ -54,6 +113,7 @@ SYNC_SETTINGS = (
         env_name="OPTIONS",
     ),
     Setting("timeout", "--timeout", "seconds to wait for one metastore call", kind="float", default=60.0),
+    *SECURITY_SETTINGS,
 )
 
 RUN_SETTINGS = (
@@ -73,6 +133,7 @@ RUN_SETTINGS = (
         env_name="OPTIONS",
     ),
     Setting("timeout", "--timeout", "seconds to wait for one metastore call", kind="float", default=60.0),
+    *SECURITY_SETTINGS,
 )
 
 SERVE_SETTINGS = (
@@ -93,6 +154,37 @@ def _resolve(args: argparse.Namespace, settings: tuple[Setting, ...], prefix: st
     try:
         return resolve(args, settings, prefix)
     except SettingsError as e:
+        raise UsageError(str(e)) from None
+
+
+def metastore_security(s: dict[str, Any]) -> Any:
+    """The :class:`MetastoreSecurity` of resolved settings; a one-line error for a bad combination."""
+    from inlet.services.catalog_sync import CatalogSyncError
+    from inlet.services.catalog_sync.transport import MetastoreSecurity
+
+    password = None
+    if s["metastore_password_file"]:
+        path = s["metastore_password_file"]
+        try:
+            with open(path, encoding="utf-8") as f:
+                password = f.read().strip("\r\n")
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(
+                f"--metastore-password-file: cannot read {path}: {getattr(e, 'strerror', None) or e}"
+            ) from None
+    try:
+        return MetastoreSecurity(
+            tls=bool(s["metastore_tls"]),
+            ca=s["metastore_ca"] or None,
+            cert=s["metastore_cert"] or None,
+            key=s["metastore_key"] or None,
+            sasl=(s["metastore_sasl"] or "none").lower(),
+            kerberos_service=s["metastore_kerberos_service_name"] or "hive",
+            kerberos_host=s["metastore_kerberos_host"] or None,
+            user=s["metastore_user"] or None,
+            password=password,
+        )
+    except CatalogSyncError as e:
         raise UsageError(str(e)) from None
 
 
@@ -163,7 +255,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     s = _resolve(args, SYNC_SETTINGS, CATALOG_ENV)
     options = parse_key_values(s["option"], "--option")
     try:
-        with MetastoreClient(s["metastore"], s["timeout"]) as client:
+        with MetastoreClient(s["metastore"], s["timeout"], metastore_security(s)) as client:
             report = sync_table(args.path, client, database=s["database"], table=s["table"], options=options)
     except (CatalogSyncError, InletError) as e:
         raise CliError(str(e)) from None
@@ -187,6 +279,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[Any, str]:
         retry_max_s=s["retry_max"],
         metastore_timeout_s=s["timeout"],
         kafka=dict(parse_key_values(s["kafka"], "--kafka-option")),
+        metastore_security=metastore_security(s),
     )
     return config, s["metrics_listen"]
 

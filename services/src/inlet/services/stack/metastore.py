@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,8 @@ from inlet.services.stack.processes import (
 
 if TYPE_CHECKING:
     from hmsclient.hmsclient import HMSClient
+
+    from inlet.services.catalog_sync.transport import MetastoreSecurity
 
 _log = logging.getLogger(__name__)
 
@@ -113,18 +115,19 @@ def parse_uri(uri: str) -> tuple[str, int]:
     return parsed.hostname, parsed.port
 
 
-def open_client(host: str, port: int, timeout_s: float = 30.0) -> HMSClient:
-    """An opened ``hmsclient.HMSClient`` with a socket timeout (raises ``thrift`` transport errors)."""
+def open_client(
+    host: str, port: int, timeout_s: float = 30.0, security: MetastoreSecurity | None = None
+) -> HMSClient:
+    """An opened ``hmsclient.HMSClient`` with a socket timeout (raises ``thrift`` transport errors);
+    TLS and SASL as ``security`` says (default: plaintext)."""
     from hmsclient.hmsclient import HMSClient
     from thrift.protocol import TBinaryProtocol
-    from thrift.transport import TSocket, TTransport
 
-    sock = TSocket.TSocket(host, port)
-    sock.setTimeout(int(timeout_s * 1000))
-    protocol = TBinaryProtocol.TBinaryProtocol(TTransport.TBufferedTransport(sock))
-    client = HMSClient(iprot=protocol)
-    client.open()
-    return client
+    from inlet.services.catalog_sync.transport import MetastoreSecurity, open_transport
+
+    transport = open_transport(host, port, timeout_s, security or MetastoreSecurity())
+    client = HMSClient(iprot=TBinaryProtocol.TBinaryProtocol(transport))
+    return client  # already open: HMSClient.open would open the transport again
 
 
 class EmbeddedMetastore:
@@ -139,6 +142,8 @@ class EmbeddedMetastore:
         external_uri: str | None = None,
         heap: str = "384m",
         conf: Mapping[str, str] | None = None,
+        security: MetastoreSecurity | None = None,
+        jvm_options: Sequence[str] = (),
         startup_timeout_s: float = 120.0,
         stop_grace_s: float = 10.0,
     ) -> None:
@@ -150,6 +155,8 @@ class EmbeddedMetastore:
         self.external_uri = external_uri
         self.heap = heap
         self.extra_conf = dict(conf or {})
+        self.security = security  # how a client reaches it (TLS/SASL of ``conf``): readiness, client()
+        self.jvm_options = list(jvm_options)  # e.g. -Djava.security.krb5.conf=... for Kerberos
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
         self._proc: subprocess.Popen[bytes] | None = None
@@ -279,7 +286,7 @@ class EmbeddedMetastore:
     def client(self, timeout_s: float = 30.0) -> Iterator[HMSClient]:
         """An opened Thrift client (``hmsclient.HMSClient``), closed on exit."""
         h, p = parse_uri(self.uri)
-        c = open_client(h, p, timeout_s)
+        c = open_client(h, p, timeout_s, self.security)
         try:
             yield c
         finally:
@@ -326,6 +333,7 @@ class EmbeddedMetastore:
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
             "-Djava.awt.headless=true",
+            *self.jvm_options,
             f"-Dlog4j.configurationFile={conf_dir / 'log4j2.properties'}",
             f"-Dderby.stream.error.file={self.data_dir.resolve() / 'derby.log'}",
             "-cp",
@@ -382,7 +390,7 @@ class EmbeddedMetastore:
             if self._proc is not None and self._proc.poll() is not None:
                 raise StackError(f"the metastore exited with code {self._proc.returncode}")
             try:
-                c = open_client(host, port, timeout_s=10.0)
+                c = open_client(host, port, timeout_s=10.0, security=self.security)
                 try:
                     c.get_all_databases()
                     return

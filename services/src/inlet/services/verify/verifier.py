@@ -35,6 +35,7 @@ import psycopg
 import pyarrow as pa
 
 from inlet.core import InletError
+from inlet.core.progress import Throttle
 from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.logs import log_event
@@ -98,18 +99,17 @@ class TableReport:
 
 
 class Progress:
-    """Progress lines (logger ``inlet.verify.progress``, INFO), at most one per ``interval_s`` a table."""
+    """Progress lines (logger ``inlet.verify.progress``, INFO), at most one per ``interval_s`` a table
+    (the shared :class:`inlet.core.progress.Throttle`); ``force`` lines (a table's start, its result)
+    always."""
 
-    def __init__(self, interval_s: float = 2.0) -> None:
+    def __init__(self, interval_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval_s = interval_s
-        self._last: dict[str, float] = {}
+        self._throttle = Throttle(interval_s, clock)
 
     def __call__(self, table: str, message: str, force: bool = False, **fields: Any) -> None:
-        now = time.monotonic()
-        if not force and now - self._last.get(table, 0.0) < self.interval_s:
-            return
-        self._last[table] = now
-        log_event(progress_log, logging.INFO, message, table=table, **fields)
+        if self._throttle.due(table, force):
+            log_event(progress_log, logging.INFO, message, table=table, **fields)
 
 
 def _key_dicts(keys: pa.Table, limit: int) -> list[dict[str, Any]]:

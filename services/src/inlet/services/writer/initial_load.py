@@ -831,7 +831,7 @@ def _load_table(
         if work.committed or state.done or state.overwrite:
             work.clear()
         raise
-    progress.report("initial load: table read")
+    progress.report("table read")
     return LoadResult(
         table_id, path, rows, round(time.monotonic() - started, 3), len(ranges), len(state.done)
     )

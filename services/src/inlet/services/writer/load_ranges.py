@@ -22,7 +22,7 @@ import pyarrow as pa
 from psycopg import sql
 from pyarrow import csv
 
-from inlet.services.logs import log_event
+from inlet.core import progress
 
 log = logging.getLogger("inlet.writer.initial_load")
 
@@ -202,50 +202,26 @@ def stream_copy(
             pass
 
 
-class Progress:
-    """One table's load progress: rows so far, rows/s and the ETA (by pages left), at INFO at most
-    every ``interval_s`` while the table loads, and once at the end."""
+class Progress(progress.Progress):
+    """One table's load progress (the shared :class:`inlet.core.progress.Progress`, by pages read): at
+    INFO at most every ``interval_s`` while the table loads, and once at the end (:meth:`report`)."""
 
     def __init__(
         self, table_id: str, pages: int, interval_s: float, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.table_id = table_id
-        self.pages = max(pages, 1)
-        self.interval_s = interval_s
-        self.rows = 0
-        self.pages_done = 0
-        self._clock = clock
-        self.started = clock()
-        self._last = self.started
-        self._lock = threading.Lock()
-
-    def add_rows(self, n: int) -> None:
-        with self._lock:
-            self.rows += n
-            now = self._clock()
-            due = now - self._last >= self.interval_s
-            if due:
-                self._last = now
-        if due:
-            self.report("initial load: loading")
+        super().__init__(
+            f"initial load {table_id}",
+            "pages",
+            total=max(pages, 1),
+            interval_s=interval_s,
+            logger=log,
+            clock=clock,
+            table=table_id,
+        )
 
     def add_pages(self, n: int) -> None:
         with self._lock:
-            self.pages_done += n
+            self.done += n
 
-    def fields(self) -> dict[str, Any]:
-        elapsed = max(self._clock() - self.started, 1e-9)
-        rate = self.rows / elapsed
-        fraction = min(self.pages_done / self.pages, 1.0)
-        eta = round(elapsed * (1 - fraction) / fraction, 1) if fraction > 0 else None
-        return {
-            "table": self.table_id,
-            "rows": self.rows,
-            "rows_per_s": round(rate),
-            "pages_done": self.pages_done,
-            "pages": self.pages,
-            "eta_s": eta,
-        }
-
-    def report(self, message: str) -> None:
-        log_event(log, logging.INFO, message, **self.fields())
+    def report(self, suffix: str) -> None:
+        self.log(f" ({suffix})")
