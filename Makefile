@@ -19,8 +19,17 @@ $(UV):
 	       $(PYTHON) -m pip install -q --disable-pip-version-check --target $(TOOLS)/pkgs uv==$(UV_VERSION) && \
 	       ln -sf ../pkgs/bin/uv $(UV); }
 
+# MIT Kerberos (a KDC for the Kerberos metastore test, and the headers the `kerberos` bindings of
+# `inlet-services[kerberos]` build against) comes from Debian: installed when missing and allowed
+# (root, apt-get), best effort; without it the one Kerberos test skips and says why.
+KRB5_DEBS := krb5-kdc krb5-admin-server libkrb5-dev
 install: $(UV)
-	$(UV) sync --locked --all-packages --python $(PYTHON)
+	@command -v krb5kdc >/dev/null && command -v krb5-config >/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && export DEBIAN_FRONTEND=noninteractive && \
+	    timeout 300 apt-get update -qq >/dev/null 2>&1 && \
+	    timeout 300 apt-get install -y -qq --no-install-recommends $(KRB5_DEBS) >/dev/null 2>&1; } || \
+	  echo "make install: no MIT Kerberos here (apt-get install $(KRB5_DEBS)); the Kerberos metastore test will skip"
+	$(UV) sync --locked --all-packages $$(command -v krb5-config >/dev/null && echo --extra kerberos) --python $(PYTHON)
 	@test -x $(VENV)/bin/inlet
 
 # LAKE=s3 (or `make demo-s3`): the lake in the stack's own SeaweedFS bucket, read and checked over S3;
