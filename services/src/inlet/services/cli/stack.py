@@ -377,7 +377,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         health = (
             "healthy" if c.get("healthy") and running else ("up" if c.get("alive") and running else "down")
         )
-        print(f"  {c['name']:<17} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}")
+        storage = f" storage {c['storage']}" if c.get("storage") else ""  # the broker's engine
+        print(
+            f"  {c['name']:<17} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}{storage}"
+        )
         for table, reason in sorted((c.get("stopped_tables") or {}).items()):
             print(f"    table {table} stopped: {reason}")
     if src is not None:
