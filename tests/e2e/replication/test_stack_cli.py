@@ -175,6 +175,7 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         # on the S3 broker the CDC consumer batches its change topics' produces for 50 ms (fewer objects)
         cdc_argv = Path(f"/proc/{comps['cdc_consumer']['pid']}/cmdline").read_bytes().split(b"\0")
         assert cdc_argv[cdc_argv.index(b"--linger-ms") + 1] == b"50", cdc_argv
+        assert b"fetch.wait.max.ms=500" in cdc_argv  # and waits longer per fetch (fewer listings)
         assert (
             isinstance(st["source"]["retained_wal_bytes"], int)
             and not st["source"]["holds_wal_while_stopped"]
