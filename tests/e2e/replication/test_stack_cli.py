@@ -152,6 +152,7 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         assert addresses["source"] == {"url": url.replace(PASSWORD, "***"), "slot": name}
         for host_port in (addresses["kafka"]["bootstrap"], addresses["coordinator"]["address"]):
             assert host_port.startswith("127.0.0.1:")
+        assert addresses["kafka"]["storage"] == "s3://kafka/"  # the durable default: the stack's SeaweedFS
         lake = Lake(url, Path(addresses["lake"]), "shop")
         with psycopg.connect(source_pg.url(), autocommit=True) as conn:  # nothing made there but these
             assert [r[0] for r in conn.execute("SELECT datname FROM pg_database ORDER BY 1")] == [
@@ -170,6 +171,11 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             assert isinstance(c["pid"], int) and alive(c["pid"]), c
             assert c["healthy"] is True and c["restarts"] == 0, c
         assert st["source"]["slot"] == name and st["source"]["active"] is True
+        assert comps["kafka"]["storage"] == "s3://kafka/"
+        # on the S3 broker the CDC consumer batches its change topics' produces for 50 ms (fewer objects)
+        cdc_argv = Path(f"/proc/{comps['cdc_consumer']['pid']}/cmdline").read_bytes().split(b"\0")
+        assert cdc_argv[cdc_argv.index(b"--linger-ms") + 1] == b"50", cdc_argv
+        assert b"fetch.wait.max.ms=500" in cdc_argv  # and waits longer per fetch (fewer listings)
         assert (
             isinstance(st["source"]["retained_wal_bytes"], int)
             and not st["source"]["holds_wal_while_stopped"]
@@ -236,6 +242,7 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         assert st["source"]["holds_wal_while_stopped"] is True and st["source"]["active"] is False
         text = inlet("stack", "status", "--dir", str(d))
         assert f"the stack is stopped but slot {name} holds" in text, text
+        assert "storage s3://kafka/" in text, text  # the broker's engine, from the last stack.json
 
         # up again, without --source: the saved one; the pipeline resumes where it was
         again = json.loads(inlet("stack", "up", "--dir", str(d)).splitlines()[-1])

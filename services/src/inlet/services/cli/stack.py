@@ -83,9 +83,10 @@ UP_SETTINGS = (
     Setting(
         "kafka_storage",
         "--kafka-storage",
-        "where the broker keeps topics: s3 (durable: `down` + `up` resumes, a broker restart loses "
-        "nothing; ~500 changes/s here) or memory (several times faster, but topics vanish when the "
-        "broker stops, so only for one-shot runs that end with `down`)",
+        "where the broker keeps topics: s3 (the default, durable: `down` + `up` resumes, a killed "
+        "broker loses nothing acknowledged; 3-5x memory's CPU per message, and slower as topics grow, "
+        "docs/stack.md 'Kafka storage') or memory (faster, but topics vanish when the broker stops, so "
+        "only for one-shot runs that end with `down`); stack status shows it",
         default="s3",
         metavar="s3|memory",
     ),
@@ -377,7 +378,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         health = (
             "healthy" if c.get("healthy") and running else ("up" if c.get("alive") and running else "down")
         )
-        print(f"  {c['name']:<17} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}")
+        storage = f" storage {c['storage']}" if c.get("storage") else ""  # the broker's engine
+        print(
+            f"  {c['name']:<17} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}{storage}"
+        )
         for table, reason in sorted((c.get("stopped_tables") or {}).items()):
             print(f"    table {table} stopped: {reason}")
     if src is not None:

@@ -63,6 +63,15 @@ LOCAL_CONSUMER_OPTIONS = (
     "topic.metadata.refresh.interval.ms=2000",
     "fetch.wait.max.ms=100",
 )
+# On the durable broker (Tansu's S3 storage, docs/kafka-storage.md) two settings matter:
+# - the CDC consumer's producer (the change topics) lingers 50 ms instead of 5: Tansu pays two object
+#   PUTs per produced batch and a GET per batch fetched, so this halves broker + SeaweedFS CPU per change
+#   and lowers latency;
+# - consumers wait up to 500 ms per fetch instead of 100: every fetch pass lists the partition's whole
+#   history, and on a partition with thousands of batch objects 100 ms waits made the broker fall to
+#   under 100 msg/s where 500 ms kept up with ~1,700-2,000/s (Tansu then answers after ~250 ms).
+S3_BROKER_LINGER_MS = 50
+S3_BROKER_FETCH_WAIT_MS = 500
 
 
 @dataclass(frozen=True)
@@ -246,6 +255,16 @@ class Stack:
             log_event(_log, logging.WARNING, "source", warning=warning)
         return check
 
+    @property
+    def consumer_options(self) -> tuple[str, ...]:
+        """``LOCAL_CONSUMER_OPTIONS``, with longer fetch waits when the broker keeps topics in S3."""
+        if not self.config.persistent_kafka:
+            return LOCAL_CONSUMER_OPTIONS
+        return tuple(
+            f"fetch.wait.max.ms={S3_BROKER_FETCH_WAIT_MS}" if o.startswith("fetch.wait.max.ms=") else o
+            for o in LOCAL_CONSUMER_OPTIONS
+        )
+
     def _kafka(self) -> list[Component]:
         out: list[Component] = []
         storage: Any = None
@@ -288,7 +307,12 @@ class Stack:
             port=self.ports.get("kafka"), log_path=self.config.logs / "kafka.log", storage=storage
         )
         self.kafka = kafka
-        out.append(ServerComponent("kafka", kafka, lambda: {"bootstrap": kafka.bootstrap}))
+        # the storage engine too: s3://kafka/ (durable, in the stack's SeaweedFS) or memory://tansu/
+        out.append(
+            ServerComponent(
+                "kafka", kafka, lambda: {"bootstrap": kafka.bootstrap, "storage": kafka.storage_url}
+            )
+        )
         return out
 
     def _metastore(self) -> list[Component]:
@@ -313,7 +337,7 @@ class Stack:
             self.metastore.uri,
             "--metrics-listen",
             f"127.0.0.1:{port}",
-            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
+            *(a for opt in self.consumer_options for a in ("--kafka-option", opt)),
         )
         return [
             CommandComponent(
@@ -338,7 +362,7 @@ class Stack:
             self.coordinator_address,
             "--metrics-listen",
             f"127.0.0.1:{port}",
-            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
+            *(a for opt in self.consumer_options for a in ("--kafka-option", opt)),
         )
         return [
             CommandComponent(
@@ -557,7 +581,8 @@ class Stack:
             prefix,
             "--metrics-listen",
             f"127.0.0.1:{port}",
-            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--consumer-option", opt)),
+            *(a for opt in self.consumer_options for a in ("--consumer-option", opt)),
+            *(("--linger-ms", str(S3_BROKER_LINGER_MS)) if self.config.persistent_kafka else ()),
         )
         return CommandComponent(
             "cdc_consumer",
@@ -594,7 +619,7 @@ class Stack:
             "--table-config",
             str(self._table_config()),
             *(("--no-compaction",) if self.config.table_services else ()),
-            *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
+            *(a for opt in self.consumer_options for a in ("--kafka-option", opt)),
         )
         return CommandComponent(
             "writer",
