@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from inlet.services.cli.commit import CONNECTION_SETTINGS, coordinator_token, read_ca
@@ -82,6 +83,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Spark setting KEY=VALUE (repeatable)",
         kind="pairs",
         metavar="KEY=VALUE",
+    ),
+    Setting(
+        "load_progress",
+        "--load-progress-file",
+        "the progress file of an initial load (inlet writer load --progress-file; the stack's "
+        "initial_load_progress.json), exported as inlet_writer_initial_load_* metrics per table",
+        metavar="FILE",
     ),
     Setting(
         "table_config",
@@ -327,6 +335,13 @@ LOAD_SETTINGS: tuple[Setting, ...] = (
         default=4096,
         metavar="N",
     ),
+    Setting(
+        "progress_file",
+        "--progress-file",
+        "keep every table's progress (rows, rows/s, ETA) in this JSON file, replaced at each report "
+        "(inlet writer run --load-progress-file exports it as metrics)",
+        metavar="FILE",
+    ),
 )
 
 LOAD_DESCRIPTION = """Load the rows already in PostgreSQL into the Hudi tables in bulk, before Debezium first starts, so
@@ -430,6 +445,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         compaction=bool(v["compaction"]),
         on_bad_row=v["on_bad_row"],
         dlq_topic=v["dlq_topic"],
+        load_progress=v["load_progress"],
     ), v["metrics_listen"]
 
 
@@ -485,6 +501,7 @@ def cmd_load(args: argparse.Namespace) -> int:
                 replace_slot=bool(v["replace_slot"]),
                 resume=bool(v["resume"]),
                 options=options,
+                progress_path=Path(v["progress_file"]) if v["progress_file"] else None,
             )
         except initial_load.LoadError as e:
             raise UsageError(str(e)) from None

@@ -49,6 +49,8 @@ PORTS_FILE = "ports.json"
 CONFIG_FILE = "config.json"
 PID_FILE = "supervisor.pid"
 INITIAL_LOAD_FILE = "initial_load.json"
+# each table's progress while (and after) the initial load runs: `inlet stack status`, writer metrics
+LOAD_PROGRESS_FILE = "initial_load_progress.json"
 BACKFILLS_FILE = "backfills.json"  # the tables replicated at Debezium's last start (_backfill_new_tables)
 COORDINATOR_DB = "inlet_coordinator"
 LAKE_BUCKET = "lake"  # the embedded SeaweedFS's bucket of a `--lake s3` stack
@@ -537,6 +539,7 @@ class Stack:
                     rules=load_rules(str(self._table_config())),
                     resume=True,
                     replace_slot=True,  # one that cannot be resumed (another plugin)
+                    progress_path=self.config.root / LOAD_PROGRESS_FILE,
                 ).as_json()
             finally:
                 client.close()
@@ -593,6 +596,8 @@ class Stack:
             f"127.0.0.1:{port}",
             "--table-config",
             str(self._table_config()),
+            "--load-progress-file",
+            str(self.config.root / LOAD_PROGRESS_FILE),
             *(("--no-compaction",) if self.config.table_services else ()),
             *(a for opt in LOCAL_CONSUMER_OPTIONS for a in ("--kafka-option", opt)),
         )

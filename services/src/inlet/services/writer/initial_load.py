@@ -104,6 +104,7 @@ from inlet.services.writer import tables
 from inlet.services.writer.load_ranges import (
     PageRange,
     Progress,
+    ProgressFile,
     covers_all,
     ranges_left,
     snapshot_connection,
@@ -720,6 +721,7 @@ def load(
     replace_slot: bool = False,
     resume: bool = False,
     options: LoadOptions | None = None,
+    progress_path: Path | None = None,
 ) -> LoadSummary:
     """Create ``slot`` and load every matching table as of its consistent point (see the module doc).
 
@@ -727,10 +729,12 @@ def load(
     ``options.workers`` threads, one commit per range. A table already holding data (a load that
     stopped half-way before streaming began) is overwritten (``insert_overwrite_table`` as its first
     commit), never appended to; ``replace_slot`` drops the slot such a load left (see
-    :func:`exported_snapshot`), ``resume`` keeps it and loads only the ranges left.
+    :func:`exported_snapshot`), ``resume`` keeps it and loads only the ranges left. Each table's
+    progress is also kept in ``progress_path`` (a :class:`~inlet.services.writer.load_ranges.ProgressFile`).
     """
     opts = options or LoadOptions()
     summary = LoadSummary()
+    sink = ProgressFile(progress_path) if progress_path is not None else None
     catalog = PostgresCatalog(conninfo)
     try:
         with (
@@ -766,9 +770,12 @@ def load(
                         topic_prefix,
                         rules,
                         opts,
+                        sink,
                     )
                 except LoadError as e:
                     summary.skipped[f"{schema}.{table}"] = str(e)
+                    if sink is not None:
+                        sink.update(f"{topic_prefix}.{schema}.{table}", "skipped", reason=str(e))
                     log_event(
                         log,
                         logging.INFO,
@@ -797,6 +804,7 @@ def _load_table(
     topic_prefix: str,
     rules: Sequence[tables.TableRule],
     opts: LoadOptions,
+    sink: ProgressFile | None = None,
 ) -> LoadResult:
     started = time.monotonic()
     plan = plan_table(catalog, conn, schema, table)
@@ -810,7 +818,8 @@ def _load_table(
 
     state = _table_state(open_table(), snap.lsn, relfilenode, resumable=settings.nbcc)
     ranges = ranges_left(pages, opts.pages_per_range, state.done)
-    progress = Progress(table_id, sum(r.pages(pages) for r in ranges), opts.progress_interval_s)
+    progress = Progress(table_id, sum(r.pages(pages) for r in ranges), opts.progress_interval_s, sink=sink)
+    progress.publish()
     work = _TableLoad(
         conninfo,
         snap,
@@ -831,7 +840,7 @@ def _load_table(
         if work.committed or state.done or state.overwrite:
             work.clear()
         raise
-    progress.report("initial load: table read")
+    progress.report("initial load: table read", state="loaded")
     return LoadResult(
         table_id, path, rows, round(time.monotonic() - started, 3), len(ranges), len(state.done)
     )

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -202,14 +205,50 @@ def stream_copy(
             pass
 
 
+class ProgressFile:
+    """Every table's load progress as one JSON object in a file, replaced atomically at each report:
+    ``{"tables": {TABLE_ID: {"state": "loading" | "loaded" | "skipped", "rows", "rows_per_s",
+    "pages_done", "pages", "eta_s", "updated_at"}}}``. What ``inlet stack status`` shows and the
+    writer's ``inlet_writer_initial_load_*`` metrics export while and after a load runs in another
+    process (the stack's supervisor, ``inlet writer load``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._tables: dict[str, dict[str, Any]] = read_progress(path)
+
+    def update(self, table_id: str, state: str, **fields: Any) -> None:
+        with self._lock:
+            self._tables[table_id] = {**fields, "state": state, "updated_at": round(time.time(), 3)}
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"tables": self._tables}, indent=2))
+            tmp.replace(self.path)
+
+
+def read_progress(path: Path) -> dict[str, dict[str, Any]]:
+    """The tables of a :class:`ProgressFile` (none when it does not exist or cannot be read)."""
+    try:
+        tables = json.loads(path.read_text()).get("tables", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return tables if isinstance(tables, dict) else {}
+
+
 class Progress:
     """One table's load progress: rows so far, rows/s and the ETA (by pages left), at INFO at most
-    every ``interval_s`` while the table loads, and once at the end."""
+    every ``interval_s`` while the table loads, and once at the end; each report also goes to
+    ``sink`` (a :class:`ProgressFile`) when there is one."""
 
     def __init__(
-        self, table_id: str, pages: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        table_id: str,
+        pages: int,
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        sink: ProgressFile | None = None,
     ) -> None:
         self.table_id = table_id
+        self.sink = sink
         self.pages = max(pages, 1)
         self.interval_s = interval_s
         self.rows = 0
@@ -247,5 +286,14 @@ class Progress:
             "eta_s": eta,
         }
 
-    def report(self, message: str) -> None:
-        log_event(log, logging.INFO, message, **self.fields())
+    def report(self, message: str, state: str = "loading") -> None:
+        fields = self.fields()
+        log_event(log, logging.INFO, message, **fields)
+        self.publish(state, fields)
+
+    def publish(self, state: str = "loading", fields: dict[str, Any] | None = None) -> None:
+        """Write the table's progress to the sink (no log line)."""
+        if self.sink is not None:
+            fields = dict(fields or self.fields())
+            del fields["table"]
+            self.sink.update(self.table_id, state, **fields)

@@ -41,6 +41,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -112,6 +113,8 @@ class WriterConfig:
     on_offset_gap: str = "fail"
     on_bad_row: str = "stop"  # stop: the table stops; dead-letter: the row is dropped, the batch commits
     dlq_topic: str = DEFAULT_DLQ_TOPIC
+    # an initial load's progress file (inlet writer load --progress-file): exported as metrics
+    load_progress: str | None = None
 
 
 @dataclass
@@ -155,7 +158,7 @@ def table_id_of(topic: str) -> str:
 class Writer:
     def __init__(self, config: WriterConfig, metrics: WriterMetrics | None = None) -> None:
         self.config = config
-        self.metrics = metrics or WriterMetrics()
+        self.metrics = metrics or WriterMetrics(Path(config.load_progress) if config.load_progress else None)
         self.rules = tables.load_rules(config.table_config)
         self.client = CoordinatorClient(
             config.coordinator,
