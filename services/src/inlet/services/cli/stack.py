@@ -72,7 +72,21 @@ UP_SETTINGS = (
         "the embedded source database, and Debezium's topic prefix (default app; with --source the "
         "URL's database)",
     ),
-    Setting("engine", "--engine", "writer engine: local or spark", default="local", metavar="ENGINE"),
+    Setting(
+        "engine",
+        "--engine",
+        "local or spark: the writer's engine, and the initial load's (spark: each CTID range a Spark task)",
+        default="local",
+        metavar="ENGINE",
+    ),
+    Setting(
+        "spark_master",
+        "--spark-master",
+        "with --engine spark: local[N], or spark://HOST:PORT of a standalone cluster the writer and the "
+        "initial load submit to (its executors must reach the source PostgreSQL and the lake)",
+        default="local[2]",
+        metavar="URL",
+    ),
     Setting("buckets", "--buckets", "bucket-index buckets of new tables", kind="int", default=4, metavar="N"),
     Setting(
         "batch_interval_ms",

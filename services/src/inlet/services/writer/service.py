@@ -635,27 +635,9 @@ class Writer:
 
     def _spark_session(self) -> Any:
         if self._spark is None:
-            import os
-            import sys
+            from inlet.services.writer.spark_load import spark_session
 
-            from pyspark.sql import SparkSession
-
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            conf = {
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.sql.shuffle.partitions": "8",
-                "spark.sql.session.timeZone": "UTC",
-                "spark.sql.execution.arrow.pyspark.enabled": "true",
-            }
-            if self.config.spark_master.startswith("local"):
-                conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-            conf.update(self.config.spark_conf)
-            builder = SparkSession.builder.master(self.config.spark_master).appName("inlet writer")
-            for k, v in conf.items():
-                builder = builder.config(k, v)
-            self._spark = builder.getOrCreate()
-            self._spark.sparkContext.setLogLevel("ERROR")
+            self._spark = spark_session(self.config.spark_master, self.config.spark_conf, "inlet writer")
         return self._spark
 
     def _record_metrics(self, st: TableState, changes: list[Change], elapsed: float) -> None:
