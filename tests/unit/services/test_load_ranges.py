@@ -125,6 +125,7 @@ def test_progress_reaches_stack_status_and_the_writer_metrics_through_the_progre
     [
         ("--load-workers", "--load-workers must be at least 1"),
         ("--pages-per-range", "--pages-per-range must"),
+        ("--engine", "--engine must be local or spark, not '0'"),
     ],
 )
 def test_writer_load_refuses_a_zero_split_setting_in_one_line(
