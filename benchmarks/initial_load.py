@@ -1,7 +1,7 @@
 """Initial load speed and memory: N rows x 20 columns from PostgreSQL into the lake by ``COPY``.
 
-    .venv/bin/python benchmarks/initial_load.py [--rows 1000000] [--paths new,old] [--workers 2]
-                                                [--pages-per-range 4096]
+    .venv/bin/python benchmarks/initial_load.py [--rows 1000000] [--paths new,old,spark] [--workers 2]
+                                                [--pages-per-range 4096] [--spark-master local[2]]
 
 What runs, on this machine: an embedded PostgreSQL in a temporary directory and the commit
 coordinator in this process; ``items`` (id bigint primary key and 19 more columns: smallint, int,
@@ -13,7 +13,12 @@ each one's peak RSS is its own), into its own lake:
   read in the slot's exported snapshot on ``--workers`` connections, COPY streamed into Arrow, one
   ``bulk_insert`` commit per range;
 - ``old``: the load before ranges, rebuilt from the same module's parts: the whole table COPYed
-  to one CSV file in the snapshot, read into one Arrow table, written in one ``bulk_insert``.
+  to one CSV file in the snapshot, read into one Arrow table, written in one ``bulk_insert``;
+- ``spark``: the same load with ``--engine spark`` (:mod:`inlet.services.writer.spark_load`) on
+  ``--spark-master`` (default ``local[2]``): each range a Spark task, a wave of
+  ``spark.default.parallelism`` ranges per commit. Its CPU seconds and peak RSS include the
+  Spark JVM and its Python workers (``RUSAGE_CHILDREN`` once the JVM has exited): the peak RSS
+  column is then the driver's, and the ``children`` one the largest of the JVM and its workers.
 
 Printed per path: rows, wall seconds, rows/s, CPU seconds of the loading process and of
 PostgreSQL (the postmaster, its live processes and the backends it reaped), rows per CPU-second
@@ -110,25 +115,37 @@ def child(args: argparse.Namespace) -> int:
     logs.configure(level="INFO" if args.progress else "WARNING")
     started = time.monotonic()
     cpu0 = time.process_time()
+    spark = None
+    if args.path == "spark":
+        from inlet.services.writer import spark_load
+
+        spark = spark_load.spark_session(args.spark_master, {}, "inlet load benchmark")
     with CoordinatorClient(args.coordinator) as client:
-        if args.path == "new":
+        if args.path in ("new", "spark"):
             summary = initial_load.load(
                 args.url,
                 ["public.items"],
                 client=client,
                 lake_root=args.lake,
-                topic_prefix="new",
-                slot="bench_new",
+                topic_prefix=args.path,
+                slot=f"bench_{args.path}",
                 publication="bench_pub",
                 options=initial_load.LoadOptions(workers=args.workers, pages_per_range=args.pages_per_range),
+                spark=spark,
             )
             rows = summary.loaded[0].rows
         else:
             rows = _old_load(args.url, client, args.lake)
     seconds = time.monotonic() - started
+    if spark is not None:
+        spark_load.stop_session(spark)  # the JVM exits and is reaped: its usage is in RUSAGE_CHILDREN
     cpu = time.process_time() - cpu0
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu += kids.ru_utime + kids.ru_stime
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"rows": rows, "seconds": seconds, "cpu": cpu, "peak_mib": peak_kib / 1024}))
+    out = {"rows": rows, "seconds": seconds, "cpu": cpu, "peak_mib": peak_kib / 1024}
+    out["children_peak_mib"] = kids.ru_maxrss / 1024
+    print(json.dumps(out))
     return 0
 
 
@@ -169,7 +186,8 @@ def _old_load(url: str, client: Any, lake: str) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--paths", default="new,old", help="comma-separated: new, old")
+    ap.add_argument("--paths", default="new,old", help="comma-separated: new, old, spark")
+    ap.add_argument("--spark-master", default="local[2]", help="the spark path's master")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--pages-per-range", type=int, default=4096)
     ap.add_argument("--progress", action="store_true", help="the load's INFO lines on stderr")
@@ -200,7 +218,7 @@ def main() -> int:
                 f"{time.monotonic() - started:.1f} s",
                 flush=True,
             )
-            lakes = {p: Path(tmp) / f"lake-{p}" for p in ("new", "old")}
+            lakes = {p: Path(tmp) / f"lake-{p}" for p in ("new", "old", "spark")}
             for d in lakes.values():
                 d.mkdir()
             server = serve(
@@ -218,6 +236,7 @@ def main() -> int:
                     argv = [sys.executable, __file__, "--child", "--path", path, "--url", url]
                     argv += ["--coordinator", server.address, "--lake", str(lakes[path])]
                     argv += ["--workers", str(args.workers), "--pages-per-range", str(args.pages_per_range)]
+                    argv += ["--spark-master", args.spark_master]
                     if args.progress:
                         argv.append("--progress")
                     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
@@ -231,13 +250,14 @@ def main() -> int:
             pg.stop()
     print(
         f"{'path':<5} {'rows':>11} {'seconds':>8} {'rows/s':>9} {'load cpu s':>10} {'pg cpu s':>9} "
-        f"{'rows/cpu-s':>10} {'peak RSS MiB':>12}"
+        f"{'rows/cpu-s':>10} {'peak RSS MiB':>12} {'children MiB':>12}"
     )
     for path, r, pg_cpu in results:
         cpu = r["cpu"] + pg_cpu
         print(
             f"{path:<5} {r['rows']:>11,} {r['seconds']:>8.1f} {r['rows'] / r['seconds']:>9,.0f} "
-            f"{r['cpu']:>10.1f} {pg_cpu:>9.1f} {r['rows'] / cpu:>10,.0f} {r['peak_mib']:>12,.0f}"
+            f"{r['cpu']:>10.1f} {pg_cpu:>9.1f} {r['rows'] / cpu:>10,.0f} {r['peak_mib']:>12,.0f} "
+            f"{r['children_peak_mib']:>12,.0f}"
         )
     return 0
 

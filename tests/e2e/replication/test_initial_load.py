@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -36,7 +37,8 @@ from conftest import (
 )
 
 from inlet.services.stack.postgres import EmbeddedPostgres
-from inlet.services.stack.supervisor import PORTS_FILE, Ports
+from inlet.services.stack.supervisor import LOAD_PROGRESS_FILE, PORTS_FILE, Ports
+from inlet.services.writer.load_ranges import read_progress
 
 pytestmark = pytest.mark.slow
 
@@ -149,7 +151,10 @@ def _prepare(root: Path) -> None:
 def loaded_stack() -> Iterator[RunningStack]:
     root = Path(tempfile.mkdtemp(prefix="inlet-e2e-load-"))
     _prepare(root)
-    yield from supervised(root, persistent_kafka=False, initial_load="copy")
+    # --engine spark: the load's ranges are Spark tasks (local[2]) and the writer commits the
+    # streamed changes by Spark jobs; the local engine's load and writer are proven by the
+    # integration tests and the other stack tests
+    yield from supervised(root, persistent_kafka=False, initial_load="copy", engine="spark")
 
 
 def test_copy_loaded_tables_equal_postgres_and_what_streaming_stores(loaded_stack: RunningStack) -> None:
@@ -159,6 +164,16 @@ def test_copy_loaded_tables_equal_postgres_and_what_streaming_stores(loaded_stac
     for t in ("pre_customers", "pre_orders", "pre_order_lines"):
         assert loaded_stack.table_id(t) in loaded
     assert set(summary["skipped"]) == {"public.no_key", "public.spots", "public.full_key"}
+    # the load's progress, kept in the stack dir for `stack status`, exported by the writer
+    progress = read_progress(Path(loaded_stack.config.dir) / LOAD_PROGRESS_FILE)
+    assert progress[loaded_stack.table_id("typed")]["rows"] == 3000
+    assert progress["app.public.no_key"]["state"] == "skipped"
+    writer = loaded_stack.command("writer").describe()["metrics"]
+    with urllib.request.urlopen(writer, timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert (
+        f'inlet_writer_initial_load_rows_total{{table="{loaded_stack.table_id("typed")}"}} 3000.0' in metrics
+    )
     assert "primary key" in summary["skipped"]["public.no_key"]
     assert "point" in summary["skipped"]["public.spots"]
 

@@ -24,7 +24,7 @@ from inlet.core.faults import CRASH_EXIT_CODE
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.writer import initial_load
-from inlet.services.writer.load_ranges import PageRange, covers_all
+from inlet.services.writer.load_ranges import PageRange, covers_all, read_progress
 
 
 def _fill(url: str, table: str, rows: int, pad: int = 3) -> int:
@@ -46,7 +46,13 @@ def _dbname(url: str) -> str:
 
 
 def _load(
-    url: str, coordinator: RunningServer, lake: Path, slot: str, resume: bool = False, **options: Any
+    url: str,
+    coordinator: RunningServer,
+    lake: Path,
+    slot: str,
+    resume: bool = False,
+    progress_path: Path | None = None,
+    **options: Any,
 ) -> initial_load.LoadSummary:
     with CoordinatorClient(coordinator.address) as client:
         return initial_load.load(
@@ -59,6 +65,7 @@ def _load(
             publication=slot + "_pub",
             resume=resume,
             options=initial_load.LoadOptions(**options),
+            progress_path=progress_path,
         )
 
 
@@ -85,9 +92,14 @@ def test_a_table_split_into_ranges_loads_each_row_once(
 ) -> None:
     _fill(pg_url, "src_split", 3000)
     dbname = _dbname(pg_url)
-    summary = _load(pg_url, coordinator, lake, slot, workers=2, pages_per_range=2)
+    progress = lake.parent / "progress.json"
+    summary = _load(pg_url, coordinator, lake, slot, workers=2, pages_per_range=2, progress_path=progress)
     [result] = summary.loaded
     assert result.rows == 3000 and result.ranges > 5
+    # the progress file (what `stack status` and the writer's metrics show) says the table is done
+    done = read_progress(progress)["srv.public.src_split"]
+    assert (done["state"], done["rows"], done["eta_s"]) == ("loaded", 3000, 0.0)
+    assert done["pages_done"] == done["pages"] > 20
     path = lake / dbname / "public" / "src_split"
     assert _lake_rows(path) == {i: f"v{i}" for i in range(1, 3001)}
     commits = _load_commits(path)

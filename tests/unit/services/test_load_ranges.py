@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from inlet.services.cli.main import main
 from inlet.services.logs import TextFormatter
-from inlet.services.writer.load_ranges import PageRange, Progress, _CopyStream, covers_all, ranges_left
+from inlet.services.stack.supervisor import LOAD_PROGRESS_FILE, StackConfig
+from inlet.services.writer.load_ranges import (
+    PageRange,
+    Progress,
+    ProgressFile,
+    _CopyStream,
+    covers_all,
+    ranges_left,
+)
+from inlet.services.writer.metrics import WriterMetrics
 
 
 def test_a_table_splits_into_ranges_of_n_pages_the_last_one_open() -> None:
@@ -66,11 +78,60 @@ def test_progress_logs_rows_rate_and_eta_at_most_once_per_interval(caplog: pytes
     )
 
 
+def test_progress_reaches_stack_status_and_the_writer_metrics_through_the_progress_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The load runs in the stack's supervisor; `inlet stack status` (text and JSON) and the
+    writer's metrics read each table's rows, rows/s and ETA from the file it keeps in the stack dir."""
+    stack = tmp_path / "stack"
+    StackConfig(dir=str(stack)).save()
+    path = stack / LOAD_PROGRESS_FILE
+    now = [100.0]
+    sink = ProgressFile(path)
+    progress = Progress("app.public.t", pages=100, interval_s=5.0, clock=lambda: now[0], sink=sink)
+    sink.update("app.public.nokey", "skipped", reason="public.nokey has no primary key")
+    progress.add_pages(25)
+    now[0] += 5.0
+    progress.add_rows(5000)  # the periodic report: 5000 rows in 5 s, a quarter of the pages
+    metrics = WriterMetrics(path)
+
+    assert main(["stack", "status", "--dir", str(stack)]) == 0
+    out = capsys.readouterr().out
+    assert "initial load app.public.t: loading, 5000 rows, 1000 rows/s, 25/100 pages, ETA 15 s" in out, out
+    assert (
+        "initial load app.public.nokey: left to Debezium's snapshot (public.nokey has no primary key)" in out
+    )
+    assert main(["stack", "status", "--dir", str(stack), "--json"]) == 0
+    t = json.loads(capsys.readouterr().out)["initial_load"]["app.public.t"]
+    assert (t["state"], t["rows"], t["rows_per_s"], t["eta_s"]) == ("loading", 5000, 1000, 15.0)
+    text = generate_latest(metrics.registry).decode()
+    assert 'inlet_writer_initial_load_rows_total{table="app.public.t"} 5000.0' in text, text
+    assert 'inlet_writer_initial_load_eta_seconds{table="app.public.t"} 15.0' in text
+    assert 'inlet_writer_initial_load_pages_done{table="app.public.t"} 25.0' in text
+    assert 'inlet_writer_initial_load_loaded{table="app.public.t"} 0.0' in text
+    assert "nokey" not in text  # a table left to Debezium has no load to measure
+
+    progress.add_pages(75)
+    now[0] += 5.0
+    progress.add_rows(5000)
+    progress.report("table read", state="loaded")
+    text = generate_latest(metrics.registry).decode()
+    assert 'inlet_writer_initial_load_rows_total{table="app.public.t"} 10000.0' in text
+    assert 'inlet_writer_initial_load_loaded{table="app.public.t"} 1.0' in text
+    assert 'inlet_writer_initial_load_eta_seconds{table="app.public.t"} 0.0' in text
+    assert main(["stack", "status", "--dir", str(stack)]) == 0
+    assert (
+        "initial load app.public.t: loaded, 10000 rows, 1000 rows/s, 100/100 pages\n"
+        in capsys.readouterr().out
+    )
+
+
 @pytest.mark.parametrize(
     ("flag", "message"),
     [
         ("--load-workers", "--load-workers must be at least 1"),
         ("--pages-per-range", "--pages-per-range must"),
+        ("--engine", "--engine must be local or spark, not '0'"),
     ],
 )
 def test_writer_load_refuses_a_zero_split_setting_in_one_line(

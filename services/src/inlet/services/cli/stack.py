@@ -34,11 +34,13 @@ from inlet.services.stack.processes import StackError
 from inlet.services.stack.supervisor import (
     CONFIG_FILE,
     INITIAL_LOAD_FILE,
+    LOAD_PROGRESS_FILE,
     PID_FILE,
     STATE_FILE,
     Stack,
     StackConfig,
 )
+from inlet.services.writer.load_ranges import read_progress
 
 ENV_PREFIX = "INLET_STACK_"
 DEFAULT_DIR = ".inlet/stack"
@@ -70,7 +72,21 @@ UP_SETTINGS = (
         "the embedded source database, and Debezium's topic prefix (default app; with --source the "
         "URL's database)",
     ),
-    Setting("engine", "--engine", "writer engine: local or spark", default="local", metavar="ENGINE"),
+    Setting(
+        "engine",
+        "--engine",
+        "local or spark: the writer's engine, and the initial load's (spark: each CTID range a Spark task)",
+        default="local",
+        metavar="ENGINE",
+    ),
+    Setting(
+        "spark_master",
+        "--spark-master",
+        "with --engine spark: local[N], or spark://HOST:PORT of a standalone cluster the writer and the "
+        "initial load submit to (its executors must reach the source PostgreSQL and the lake)",
+        default="local[2]",
+        metavar="URL",
+    ),
     Setting("buckets", "--buckets", "bucket-index buckets of new tables", kind="int", default=4, metavar="N"),
     Setting(
         "batch_interval_ms",
@@ -365,6 +381,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     src = _source_status(StackConfig.load(directory), running)
     if src is not None:
         state["source"] = src
+    load = read_progress(directory / LOAD_PROGRESS_FILE)
+    if load:
+        state["initial_load"] = load
     for c in state.get("components", []):  # tables a bad row stopped, as the service tells now
         if running and c.get("health") and c.get("alive"):
             stopped = stopped_tables(c["health"])
@@ -384,6 +403,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         for table, reason in sorted((c.get("stopped_tables") or {}).items()):
             print(f"    table {table} stopped: {reason}")
+    for table, p in sorted(load.items()):
+        print(f"  initial load {table}: {_load_line(p)}")
     if src is not None:
         print(f"  source {src['url']}, slot {src['slot']}: ", end="")
         if "error" in src:
@@ -401,6 +422,18 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "`inlet stack down --drop-slot` drops it"
                 )
     return 0
+
+
+def _load_line(p: dict[str, Any]) -> str:
+    """One table's initial-load progress, as ``stack status`` prints it."""
+    if p.get("state") == "skipped":
+        return f"left to Debezium's snapshot ({p.get('reason', '')})"
+    line = f"{p.get('state')}, {p.get('rows', 0)} rows, {p.get('rows_per_s', 0)} rows/s"
+    line += f", {p.get('pages_done', 0)}/{p.get('pages', 0)} pages"
+    if p.get("state") == "loading":
+        eta = p.get("eta_s")
+        line += f", ETA {'unknown' if eta is None else f'{eta:.0f} s'}"
+    return line
 
 
 def cmd_supervise(args: argparse.Namespace) -> int:

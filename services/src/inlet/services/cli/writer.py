@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from inlet.services.cli.commit import CONNECTION_SETTINGS, coordinator_token, read_ca
@@ -28,6 +29,30 @@ from inlet.services.runtime import (
 )
 
 ENV_PREFIX = "INLET_WRITER_"
+
+ENGINE_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "engine",
+        "--engine",
+        "local: write in this process; spark: a Spark job per batch (run) or per wave of ranges (load)",
+        default="local",
+        metavar="{local,spark}",
+    ),
+    Setting(
+        "spark_master",
+        "--spark-master",
+        "Spark master with --engine spark",
+        default="local[2]",
+        metavar="URL",
+    ),
+    Setting(
+        "spark_conf",
+        "--spark-conf",
+        "Spark setting KEY=VALUE (repeatable)",
+        kind="pairs",
+        metavar="KEY=VALUE",
+    ),
+)
 
 SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -62,26 +87,13 @@ SETTINGS: tuple[Setting, ...] = (
         default="inlet-writer",
         metavar="NAME",
     ),
+    *ENGINE_SETTINGS,
     Setting(
-        "engine",
-        "--engine",
-        "local: write in this process; spark: a Spark job per batch",
-        default="local",
-        metavar="{local,spark}",
-    ),
-    Setting(
-        "spark_master",
-        "--spark-master",
-        "Spark master with --engine spark",
-        default="local[2]",
-        metavar="URL",
-    ),
-    Setting(
-        "spark_conf",
-        "--spark-conf",
-        "Spark setting KEY=VALUE (repeatable)",
-        kind="pairs",
-        metavar="KEY=VALUE",
+        "load_progress",
+        "--load-progress-file",
+        "the progress file of an initial load (inlet writer load --progress-file; the stack's "
+        "initial_load_progress.json), exported as inlet_writer_initial_load_* metrics per table",
+        metavar="FILE",
     ),
     Setting(
         "table_config",
@@ -327,6 +339,14 @@ LOAD_SETTINGS: tuple[Setting, ...] = (
         default=4096,
         metavar="N",
     ),
+    *ENGINE_SETTINGS,
+    Setting(
+        "progress_file",
+        "--progress-file",
+        "keep every table's progress (rows, rows/s, ETA) in this JSON file, replaced at each report "
+        "(inlet writer run --load-progress-file exports it as metrics)",
+        metavar="FILE",
+    ),
 )
 
 LOAD_DESCRIPTION = """Load the rows already in PostgreSQL into the Hudi tables in bulk, before Debezium first starts, so
@@ -430,6 +450,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         compaction=bool(v["compaction"]),
         on_bad_row=v["on_bad_row"],
         dlq_topic=v["dlq_topic"],
+        load_progress=v["load_progress"],
     ), v["metrics_listen"]
 
 
@@ -456,7 +477,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from inlet.services.coordinator_client.client import CoordinatorClient
     from inlet.services.writer import initial_load
     from inlet.services.writer.tables import TableConfigError, load_rules
 
@@ -464,8 +484,29 @@ def cmd_load(args: argparse.Namespace) -> int:
         v = resolve(args, LOAD_SETTINGS, ENV_PREFIX)
         rules = load_rules(v["table_config"])
         options = initial_load.LoadOptions(workers=v["load_workers"], pages_per_range=v["pages_per_range"])
+        if v["engine"] not in ("local", "spark"):
+            raise UsageError(f"--engine must be local or spark, not {v['engine']!r}")
     except (SettingsError, TableConfigError, initial_load.LoadError) as e:
         raise UsageError(str(e)) from None
+    spark = None
+    if v["engine"] == "spark":
+        require("spark", "inlet writer load --engine spark")
+        from inlet.services.writer.spark_load import spark_session
+
+        spark = spark_session(
+            v["spark_master"], parse_key_values(v["spark_conf"], "--spark-conf"), "inlet load"
+        )
+    try:
+        return _load(v, rules, options, spark)
+    finally:
+        if spark is not None:
+            spark.stop()
+
+
+def _load(v: dict[str, Any], rules: Any, options: Any, spark: Any) -> int:
+    from inlet.services.coordinator_client.client import CoordinatorClient
+    from inlet.services.writer import initial_load
+
     with CoordinatorClient(
         v["coordinator"],
         root_certificates=read_ca(v["coordinator_ca"]),
@@ -485,6 +526,8 @@ def cmd_load(args: argparse.Namespace) -> int:
                 replace_slot=bool(v["replace_slot"]),
                 resume=bool(v["resume"]),
                 options=options,
+                progress_path=Path(v["progress_file"]) if v["progress_file"] else None,
+                spark=spark,
             )
         except initial_load.LoadError as e:
             raise UsageError(str(e)) from None

@@ -49,6 +49,8 @@ PORTS_FILE = "ports.json"
 CONFIG_FILE = "config.json"
 PID_FILE = "supervisor.pid"
 INITIAL_LOAD_FILE = "initial_load.json"
+# each table's progress while (and after) the initial load runs: `inlet stack status`, writer metrics
+LOAD_PROGRESS_FILE = "initial_load_progress.json"
 BACKFILLS_FILE = "backfills.json"  # the tables replicated at Debezium's last start (_backfill_new_tables)
 COORDINATOR_DB = "inlet_coordinator"
 LAKE_BUCKET = "lake"  # the embedded SeaweedFS's bucket of a `--lake s3` stack
@@ -81,7 +83,8 @@ class StackConfig:
     dir: str
     database: str = "app"  # the source database; also Debezium's topic prefix
     tables: tuple[str, ...] = ("public.*",)  # globs of <schema>.<table> that replicate
-    engine: str = "local"  # the writer's engine: local | spark
+    engine: str = "local"  # the writer's and the initial load's engine: local | spark
+    spark_master: str = "local[2]"  # with engine spark: local[N] or spark://HOST:PORT
     buckets: int = 4
     batch_interval_ms: int = 1000
     persistent_kafka: bool = True  # topics kept in the S3 store across restarts
@@ -549,6 +552,11 @@ class Stack:
                 assert self.config.source is not None
                 source.ensure_publication(self.config.source, dbz.publication_name, check)
             client = CoordinatorClient(self.coordinator_address)
+            spark = None
+            if self.config.engine == "spark":  # each range a Spark task; the session ends with the load
+                from inlet.services.writer import spark_load
+
+                spark = spark_load.spark_session(self.config.spark_master, {}, "inlet initial load")
             try:
                 summary = initial_load.load(
                     self.source_url,
@@ -561,9 +569,13 @@ class Stack:
                     rules=load_rules(str(self._table_config())),
                     resume=True,
                     replace_slot=True,  # one that cannot be resumed (another plugin)
+                    progress_path=self.config.root / LOAD_PROGRESS_FILE,
+                    spark=spark,
                 ).as_json()
             finally:
                 client.close()
+                if spark is not None:
+                    spark_load.stop_session(spark)
             state.write_text(json.dumps(summary, indent=2))
         return initial_load.debezium_snapshot_config(summary["skipped"])
 
@@ -612,12 +624,16 @@ class Stack:
             self.config.lake_root,
             "--engine",
             self.config.engine,
+            "--spark-master",
+            self.config.spark_master,
             "--batch-interval-ms",
             str(self.config.batch_interval_ms),
             "--metrics-listen",
             f"127.0.0.1:{port}",
             "--table-config",
             str(self._table_config()),
+            "--load-progress-file",
+            str(self.config.root / LOAD_PROGRESS_FILE),
             *(("--no-compaction",) if self.config.table_services else ()),
             *(a for opt in self.consumer_options for a in ("--kafka-option", opt)),
         )

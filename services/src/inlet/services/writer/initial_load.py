@@ -104,6 +104,7 @@ from inlet.services.writer import tables
 from inlet.services.writer.load_ranges import (
     PageRange,
     Progress,
+    ProgressFile,
     covers_all,
     ranges_left,
     snapshot_connection,
@@ -568,7 +569,8 @@ def _table_state(hudi: HudiTable, lsn: int, relfilenode: int, resumable: bool) -
             entries = []
         entries.append((extra[LOAD_LSN_KEY], extra.get(LOAD_RELFILENODE_KEY, ""), extra.get(LOAD_RANGE_KEY)))
     same = all(e[0] == str(lsn) and e[1] == str(relfilenode) for e in entries)
-    done = [PageRange.parse(e[2]) for e in entries if e[2]] if same and entries else []
+    # a Spark load's commit records its wave of ranges, comma-separated
+    done = [PageRange.parse(t) for e in entries if e[2] for t in e[2].split(",")] if same and entries else []
     # a partly loaded table resumes only where rows of two snapshots merge by key (Merge-on-Read,
     # bucket index: see the module doc); anything else is loaded again from scratch
     if done and (resumable or covers_all(done)):
@@ -664,6 +666,40 @@ class _TableLoad:
         self.progress.add_pages(page_range.pages(self.total_pages))
         return int(data.num_rows)
 
+    def run_wave(self, spark: Any, wave: list[PageRange]) -> int:
+        """``--engine spark``: read ``wave``'s ranges as Spark tasks and commit them as one write
+        (:mod:`~inlet.services.writer.spark_load`); its row count."""
+        from inlet.services.writer import spark_load
+
+        spec, arrow = spark_load.RangeRead.of(self.conninfo, self.snap.name, self.plan, self.topic_prefix)
+        if self.overwrite:
+            op = "insert_overwrite_table"
+        else:
+            op = "insert" if self._appending.is_set() else "bulk_insert"
+        extra = {
+            LOAD_LSN_KEY: str(self.snap.lsn),
+            LOAD_RELFILENODE_KEY: str(self.relfilenode),
+            LOAD_RANGE_KEY: ",".join(r.text() for r in wave),
+        }
+        hudi = self.open_table()
+        try:
+            rows = spark_load.write_wave(
+                spark, spec, arrow, wave, hudi.base_path, op, self.write_options, hudi.commit_protocol, extra
+            )
+        except Exception as e:
+            why = spark_load.refused(e)
+            if why is None:
+                raise
+            raise LoadError(f"{self.plan.schema}.{self.plan.table}: {why}") from None
+        self.overwrite = False
+        self.committed += 1
+        if rows and self.concurrent:
+            self._appending.set()  # the buckets' file groups exist: later waves append
+        crash_point(AFTER_RANGE)
+        self.progress.add_pages(sum(r.pages(self.total_pages) for r in wave))
+        self.progress.add_rows(rows)
+        return rows
+
     def _write(
         self, data: pa.Table, page_range: PageRange | None, hudi: HudiTable, op: str = "bulk_insert"
     ) -> None:
@@ -707,6 +743,18 @@ def _load_ranges(work: _TableLoad, ranges: list[PageRange], workers: int) -> int
     return rows
 
 
+def _load_waves(work: _TableLoad, ranges: list[PageRange], spark: Any) -> int:
+    """``--engine spark``: the ranges in waves of ``spark.default.parallelism``, each wave one Spark
+    write (a task per range) and one commit; the rows loaded."""
+    per_commit = max(1, int(spark.sparkContext.defaultParallelism))
+    rows = 0
+    for i in range(0, len(ranges), per_commit):
+        rows += work.run_wave(spark, ranges[i : i + per_commit])
+    if work.overwrite:  # no wave ran (every range was done): the table still has to lose what it held
+        work.clear()
+    return rows
+
+
 def load(
     conninfo: str,
     globs: Sequence[str],
@@ -720,6 +768,8 @@ def load(
     replace_slot: bool = False,
     resume: bool = False,
     options: LoadOptions | None = None,
+    progress_path: Path | None = None,
+    spark: Any = None,
 ) -> LoadSummary:
     """Create ``slot`` and load every matching table as of its consistent point (see the module doc).
 
@@ -727,10 +777,14 @@ def load(
     ``options.workers`` threads, one commit per range. A table already holding data (a load that
     stopped half-way before streaming began) is overwritten (``insert_overwrite_table`` as its first
     commit), never appended to; ``replace_slot`` drops the slot such a load left (see
-    :func:`exported_snapshot`), ``resume`` keeps it and loads only the ranges left.
+    :func:`exported_snapshot`), ``resume`` keeps it and loads only the ranges left. Each table's
+    progress is also kept in ``progress_path`` (a :class:`~inlet.services.writer.load_ranges.ProgressFile`).
+    With ``spark`` (a SparkSession), the ranges are Spark tasks instead of threads
+    (:mod:`~inlet.services.writer.spark_load`).
     """
     opts = options or LoadOptions()
     summary = LoadSummary()
+    sink = ProgressFile(progress_path) if progress_path is not None else None
     catalog = PostgresCatalog(conninfo)
     try:
         with (
@@ -750,6 +804,7 @@ def load(
                 resumed=snap.resumed,
                 workers=opts.workers,
                 pages_per_range=opts.pages_per_range,
+                engine="local" if spark is None else f"spark ({spark.sparkContext.master})",
             )
             for schema, table in found:
                 try:
@@ -766,9 +821,13 @@ def load(
                         topic_prefix,
                         rules,
                         opts,
+                        sink,
+                        spark,
                     )
                 except LoadError as e:
                     summary.skipped[f"{schema}.{table}"] = str(e)
+                    if sink is not None:
+                        sink.update(f"{topic_prefix}.{schema}.{table}", "skipped", reason=str(e))
                     log_event(
                         log,
                         logging.INFO,
@@ -797,6 +856,8 @@ def _load_table(
     topic_prefix: str,
     rules: Sequence[tables.TableRule],
     opts: LoadOptions,
+    sink: ProgressFile | None = None,
+    spark: Any = None,
 ) -> LoadResult:
     started = time.monotonic()
     plan = plan_table(catalog, conn, schema, table)
@@ -810,7 +871,8 @@ def _load_table(
 
     state = _table_state(open_table(), snap.lsn, relfilenode, resumable=settings.nbcc)
     ranges = ranges_left(pages, opts.pages_per_range, state.done)
-    progress = Progress(table_id, sum(r.pages(pages) for r in ranges), opts.progress_interval_s)
+    progress = Progress(table_id, sum(r.pages(pages) for r in ranges), opts.progress_interval_s, sink=sink)
+    progress.publish()
     work = _TableLoad(
         conninfo,
         snap,
@@ -826,12 +888,12 @@ def _load_table(
         progress,
     )
     try:
-        rows = _load_ranges(work, ranges, opts.workers)
+        rows = _load_ranges(work, ranges, opts.workers) if spark is None else _load_waves(work, ranges, spark)
     except LoadError:
         if work.committed or state.done or state.overwrite:
             work.clear()
         raise
-    progress.report("table read")
+    progress.report("table read", state="loaded")
     return LoadResult(
         table_id, path, rows, round(time.monotonic() - started, 3), len(ranges), len(state.done)
     )

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -202,12 +205,47 @@ def stream_copy(
             pass
 
 
+class ProgressFile:
+    """Every table's load progress as one JSON object in a file, replaced atomically at each report:
+    ``{"tables": {TABLE_ID: {"state": "loading" | "loaded" | "skipped", "rows", "rows_per_s",
+    "pages_done", "pages", "eta_s", "updated_at"}}}``. What ``inlet stack status`` shows and the
+    writer's ``inlet_writer_initial_load_*`` metrics export while and after a load runs in another
+    process (the stack's supervisor, ``inlet writer load``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._tables: dict[str, dict[str, Any]] = read_progress(path)
+
+    def update(self, table_id: str, state: str, **fields: Any) -> None:
+        with self._lock:
+            self._tables[table_id] = {**fields, "state": state, "updated_at": round(time.time(), 3)}
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"tables": self._tables}, indent=2))
+            tmp.replace(self.path)
+
+
+def read_progress(path: Path) -> dict[str, dict[str, Any]]:
+    """The tables of a :class:`ProgressFile` (none when it does not exist or cannot be read)."""
+    try:
+        tables = json.loads(path.read_text()).get("tables", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return tables if isinstance(tables, dict) else {}
+
+
 class Progress(progress.Progress):
     """One table's load progress (the shared :class:`inlet.core.progress.Progress`, by pages read): at
-    INFO at most every ``interval_s`` while the table loads, and once at the end (:meth:`report`)."""
+    INFO at most every ``interval_s`` while the table loads, and once at the end (:meth:`report`); each
+    line also goes to ``sink`` (a :class:`ProgressFile`) when there is one."""
 
     def __init__(
-        self, table_id: str, pages: int, interval_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        table_id: str,
+        pages: int,
+        interval_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        sink: ProgressFile | None = None,
     ) -> None:
         super().__init__(
             f"initial load {table_id}",
@@ -218,10 +256,30 @@ class Progress(progress.Progress):
             clock=clock,
             table=table_id,
         )
+        self.table_id = table_id
+        self.sink = sink
 
     def add_pages(self, n: int) -> None:
         with self._lock:
             self.done += n
 
-    def report(self, suffix: str) -> None:
-        self.log(f" ({suffix})")
+    def log(self, suffix: str = "", state: str = "loading") -> None:
+        super().log(suffix)
+        self.publish(state)
+
+    def report(self, suffix: str, state: str = "loading") -> None:
+        self.log(f" ({suffix})", state)
+
+    def publish(self, state: str = "loading") -> None:
+        """Write the table's progress to the sink (no log line)."""
+        if self.sink is not None:
+            f = self.fields()
+            self.sink.update(
+                self.table_id,
+                state,
+                rows=f["rows"],
+                rows_per_s=f["rows_per_s"],
+                pages_done=f["done"],
+                pages=f["total"],
+                eta_s=f["eta_s"],
+            )

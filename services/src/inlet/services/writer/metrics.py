@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from inlet.services.runtime import ConsumerLag
+from inlet.services.writer.load_ranges import read_progress
 
 
 class WriterMetrics:
-    def __init__(self) -> None:
+    def __init__(self, load_progress: Path | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        if load_progress is not None:
+            r.register(InitialLoadMetrics(load_progress))
         self.records = Counter(
             "inlet_writer_records_written", "Change records committed", ["table", "op"], registry=r
         )
@@ -82,3 +90,49 @@ class WriterMetrics:
         self.buffered = Gauge(
             "inlet_writer_buffered_records", "Records waiting in batches", ["table"], registry=r
         )
+
+
+class InitialLoadMetrics(Collector):
+    """The initial load's progress per table, read from its progress file at every scrape (the load
+    runs in another process: the stack's supervisor or ``inlet writer load``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def collect(self) -> Iterator[Metric]:
+        rows = CounterMetricFamily(
+            "inlet_writer_initial_load_rows", "Rows the initial load has read and committed", labels=["table"]
+        )
+        pages = GaugeMetricFamily(
+            "inlet_writer_initial_load_pages", "Heap pages the initial load reads", labels=["table"]
+        )
+        done = GaugeMetricFamily(
+            "inlet_writer_initial_load_pages_done", "Heap pages of committed ranges", labels=["table"]
+        )
+        rate = GaugeMetricFamily(
+            "inlet_writer_initial_load_rows_per_second",
+            "Rows per second since the load began",
+            labels=["table"],
+        )
+        eta = GaugeMetricFamily(
+            "inlet_writer_initial_load_eta_seconds",
+            "Estimated seconds until the table is loaded (0 once loaded)",
+            labels=["table"],
+        )
+        loaded = GaugeMetricFamily(
+            "inlet_writer_initial_load_loaded",
+            "1 once the table is loaded, 0 while it loads",
+            labels=["table"],
+        )
+        for table, p in sorted(read_progress(self.path).items()):
+            if p.get("state") not in ("loading", "loaded"):
+                continue
+            rows.add_metric([table], float(p.get("rows", 0)))
+            pages.add_metric([table], float(p.get("pages", 0)))
+            done.add_metric([table], float(p.get("pages_done", 0)))
+            rate.add_metric([table], float(p.get("rows_per_s", 0)))
+            finished = p["state"] == "loaded"
+            if finished or p.get("eta_s") is not None:
+                eta.add_metric([table], 0.0 if finished else float(p["eta_s"]))
+            loaded.add_metric([table], 1.0 if finished else 0.0)
+        yield from (rows, pages, done, rate, eta, loaded)

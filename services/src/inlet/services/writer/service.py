@@ -41,6 +41,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -112,6 +113,8 @@ class WriterConfig:
     on_offset_gap: str = "fail"
     on_bad_row: str = "stop"  # stop: the table stops; dead-letter: the row is dropped, the batch commits
     dlq_topic: str = DEFAULT_DLQ_TOPIC
+    # an initial load's progress file (inlet writer load --progress-file): exported as metrics
+    load_progress: str | None = None
 
 
 @dataclass
@@ -155,7 +158,7 @@ def table_id_of(topic: str) -> str:
 class Writer:
     def __init__(self, config: WriterConfig, metrics: WriterMetrics | None = None) -> None:
         self.config = config
-        self.metrics = metrics or WriterMetrics()
+        self.metrics = metrics or WriterMetrics(Path(config.load_progress) if config.load_progress else None)
         self.rules = tables.load_rules(config.table_config)
         self.client = CoordinatorClient(
             config.coordinator,
@@ -632,27 +635,9 @@ class Writer:
 
     def _spark_session(self) -> Any:
         if self._spark is None:
-            import os
-            import sys
+            from inlet.services.writer.spark_load import spark_session
 
-            from pyspark.sql import SparkSession
-
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            conf = {
-                "spark.ui.enabled": "false",
-                "spark.ui.showConsoleProgress": "false",
-                "spark.sql.shuffle.partitions": "8",
-                "spark.sql.session.timeZone": "UTC",
-                "spark.sql.execution.arrow.pyspark.enabled": "true",
-            }
-            if self.config.spark_master.startswith("local"):
-                conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
-            conf.update(self.config.spark_conf)
-            builder = SparkSession.builder.master(self.config.spark_master).appName("inlet writer")
-            for k, v in conf.items():
-                builder = builder.config(k, v)
-            self._spark = builder.getOrCreate()
-            self._spark.sparkContext.setLogLevel("ERROR")
+            self._spark = spark_session(self.config.spark_master, self.config.spark_conf, "inlet writer")
         return self._spark
 
     def _record_metrics(self, st: TableState, changes: list[Change], elapsed: float) -> None:
