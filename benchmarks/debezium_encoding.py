@@ -32,6 +32,7 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
 from inlet.services.cdc_consumer import Decoder, PostgresCatalog
 from inlet.services.stack import EmbeddedDebezium, EmbeddedKafka, EmbeddedPostgres
@@ -71,6 +72,9 @@ VARIANTS = {
     "plain-gzip": Variant("JSON no schemas, gzip", False, {"producer.compression.type": "gzip"}),
     "plain-lz4-c2": Variant(
         "JSON no schemas, lz4, JVM with C2 (-XX:TieredStopAtLevel=4)", False, jvm=("-XX:TieredStopAtLevel=4",)
+    ),
+    "schemas-lz4-poll100": Variant(
+        "JSON + schemas, lz4, poll.interval.ms 100", True, {}, {"poll.interval.ms": "100"}
     ),
     "plain-lz4-tuned": Variant(
         "JSON no schemas, lz4, linger 20 ms, Debezium batches 8192 / queue 32768 / poll 100 ms",
@@ -213,6 +217,54 @@ def wait_count(bootstrap: str, topic: str, want: int, timeout_s: float) -> float
         c.close()
 
 
+def paced_latency(url: str, bootstrap: str, topic: str, first_id: int, schemas: bool) -> list[float]:
+    """Seconds from each COMMIT to its event on the topic, for 100 single-row inserts at 20/s (a quiet
+    source: Debezium's own batching, not throughput, decides the wait)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"lat-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    seen: dict[int, float] = {}
+    stop = threading.Event()
+
+    def listen() -> None:
+        while not stop.is_set():
+            for m in consumer.consume(500, timeout=0.05):
+                if m.error() is None and m.value():
+                    doc = json.loads(m.value())
+                    after = (doc["payload"] if schemas else doc).get("after") or {}
+                    if after.get("seq", 0) < 0:
+                        seen.setdefault(-after["seq"], time.time())
+
+    consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
+    consumer.consume(1, timeout=1.0)  # the assignment takes effect
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    committed: dict[int, float] = {}
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            start = time.monotonic()
+            for i in range(1, 101):
+                time.sleep(max(0.0, start + i / 20 - time.monotonic()))
+                conn.execute(
+                    f"INSERT INTO {TABLE} SELECT i, %s, {ROW_EXPR_PARAM} FROM unnest(%s::bigint[]) AS i",
+                    (-i, [first_id + i]),
+                )
+                committed[i] = time.time()
+        deadline = time.time() + 30
+        while len(seen) < len(committed) and time.time() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        listener.join(5)
+        consumer.close()
+    return sorted(seen[i] - committed[i] for i in committed if i in seen)
+
+
 def measure(
     variant: Variant,
     pg: EmbeddedPostgres,
@@ -247,12 +299,14 @@ def measure(
         full_at = wait_count(kafka.bootstrap, topic, want, timeout_s=600)
         d1, b1 = cpu_of([dbz.pid]), cpu_of(broker_pids)
         failed = dbz.status()
+        latency = paced_latency(url, kafka.bootstrap, topic, first_id + 10 * changes, variant.schemas)
     finally:
         dbz.stop()
         dbz.drop_slot()
     reader = Reader(kafka.bootstrap)
     try:
         msgs, wire = reader.read(topic, want, timeout_s=120)
+        msgs = msgs[:want]  # the paced latency inserts follow (their bytes stay in the wire count)
     finally:
         reader.close()
     raw = sum(len(m.key() or b"") + len(m.value() or b"") for m in msgs)
@@ -281,8 +335,15 @@ def measure(
         "decode_us_per_event": decode_s * 1e6 / max(1, len(data)),
         "load_s": load_s,
         "commit_to_topic_s": (full_at - last_commit) if full_at else None,
+        "paced_latency_p50_s": latency[len(latency) // 2] if latency else None,
+        "paced_latency_p99_s": latency[int(len(latency) * 0.99) - 1] if latency else None,
+        "paced_latency_seen": len(latency),
         "window_s": (full_at or time.time()) - started,
     }
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}s"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,9 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| variant | events | value B/event | key+value B/event | fetched B/event | Debezium ms CPU/1k "
-        "| broker ms CPU/1k | decode µs CPU/event | load s | last commit -> topic s |"
+        "| broker ms CPU/1k | decode µs CPU/event | load s | last commit -> topic s | 20 tx/s: commit -> topic p50 / p99 |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         if "error" in r:
             print(f"| {r['variant']} | ERROR {r['error']} |||||||||")
@@ -339,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['variant']} | {r['events']:,}{'' if r['complete'] else ' (incomplete)'} | "
             f"{r['value_bytes']:,.0f} | {r['raw_bytes_per_event']:,.0f} | {r['wire_bytes_per_event']:,.0f} | "
             f"{r['debezium_ms_per_1k']:,.0f} | {r['broker_ms_per_1k']:,.0f} | {r['decode_us_per_event']:,.1f} | "
-            f"{r['load_s']:.1f} | {'-' if c2t is None else f'{c2t:.1f}'} |"
+            f"{r['load_s']:.1f} | {'-' if c2t is None else f'{c2t:.1f}'} | "
+            f"{_s(r['paced_latency_p50_s'])} / {_s(r['paced_latency_p99_s'])} ({r['paced_latency_seen']}/100) |"
         )
     print(f"\nload average at start {load0[0]:.2f} {load0[1]:.2f}, at end {load1[0]:.2f} {load1[1]:.2f}")
     if args.json:
