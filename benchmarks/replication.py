@@ -181,8 +181,10 @@ class StackRun:
         batch_interval_ms: int | None,
         kafka_storage: str = "s3",
         initial_load: str = "copy",
+        debezium_schemas: bool | None = None,
     ) -> None:
         self.dir = directory
+        self.debezium_schemas = debezium_schemas  # None: the stack's default
         self.engine = engine
         self.initial_load = initial_load
         self.batch_interval_ms = batch_interval_ms
@@ -223,6 +225,8 @@ class StackRun:
         args += ["--initial-load", self.initial_load]
         if self.batch_interval_ms is not None:
             args += ["--batch-interval-ms", str(self.batch_interval_ms)]
+        if self.debezium_schemas is not None:
+            args += ["--debezium-schemas" if self.debezium_schemas else "--no-debezium-schemas"]
         if self.kafka_storage == "memory":
             # `stack up` has no flag for it: save the configuration with persistent_kafka=False and
             # start the supervisor as `up` would; `up` then finds it running and waits for it
@@ -233,6 +237,7 @@ class StackRun:
                 persistent_kafka=False,
                 initial_load=self.initial_load,
                 **({"batch_interval_ms": self.batch_interval_ms} if self.batch_interval_ms else {}),
+                **({"debezium_schemas": self.debezium_schemas} if self.debezium_schemas is not None else {}),
             )
             config.save()
             (self.dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -1174,7 +1179,9 @@ def run_engine(
     directory = root / f"{engine}-{initial_load}"
     if directory.exists():
         shutil.rmtree(directory)
-    stack = StackRun(directory, engine, args.batch_interval_ms, args.kafka_storage, initial_load)
+    stack = StackRun(
+        directory, engine, args.batch_interval_ms, args.kafka_storage, initial_load, args.debezium_schemas
+    )
     out: dict[str, Any] = {"dir": str(directory)}
     try:
         if args.snapshot_rows > 0:
@@ -1224,6 +1231,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("s3", "memory"),
         default="s3",
         help="the broker's storage: s3 (what `inlet stack up` runs) or memory (persistent_kafka=False)",
+    )
+    p.add_argument(
+        "--debezium-schemas",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="stack up --debezium-schemas / --no-debezium-schemas (default: the stack's, schemas on)",
     )
     p.add_argument("--no-markers", action="store_true", help="skip the Kafka marker listener (stage split)")
     p.add_argument("--dir", type=Path, help="stack directories go under DIR/<engine> (default: a temp dir)")
