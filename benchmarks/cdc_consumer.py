@@ -185,8 +185,10 @@ CATALOG_COLUMNS = [
 class MemoryCatalog:
     """The source catalog of ``accounts``, served from memory (``columns`` like PostgresCatalog)."""
 
+    COLUMNS = {c.name: c for c in CATALOG_COLUMNS}
+
     def columns(self, schema: str, table: str, refresh: bool = False) -> dict[str, CatalogColumn]:
-        return {c.name: c for c in CATALOG_COLUMNS}
+        return self.COLUMNS
 
 
 def schemaless(pairs: list[tuple[bytes, bytes]]) -> list[tuple[bytes | None, bytes]]:

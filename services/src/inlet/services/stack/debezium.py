@@ -97,9 +97,8 @@ PRODUCER_SETTINGS: dict[str, str] = {
 #: instead of ~320 on the wire with lz4) and Debezium spends ~25 % less CPU on it, but the CDC consumer
 #: then takes every column's type from the source catalog as it is when it decodes, not as it was when
 #: the event was written: after an ALTER COLUMN ... TYPE that keeps the JSON shape (a numeric's scale, a
-#: timestamp's precision) events still in flight - and, until a column is added or dropped or the
-#: consumer restarts, later ones too - would decode to wrong values without an error. Correctness first:
-#: schemas stay on (docs/cdc.md, "Encoding").
+#: timestamp's precision) events still in flight would decode to wrong values without an error.
+#: Correctness first: schemas stay on (docs/cdc.md, "Encoding").
 STACK_SCHEMAS_ENABLE = True
 
 #: Debezium's own batching, as ``inlet stack up`` runs it (issue #23). ``poll.interval.ms``: Debezium's
