@@ -13,7 +13,9 @@ What runs, on this machine, in one process (the broker is a Tansu subprocess, me
 
 JSON events: Debezium JsonConverter with schemas, a 20-column table (ints, bigints, text, numeric,
 double, boolean, date, timestamp, timestamptz, jsonb, uuid, text[], smallint, real, bytea), inserts
-and updates with the real Debezium 3.6 envelope and source block. Avro events: the real recorded
+and updates with the real Debezium 3.6 envelope and source block; the same events again as
+``schemas.enable=false`` writes them (payloads only), the column types from an in-memory copy of
+the source catalog (what ``PostgresCatalog`` reads, once per table). Avro events: the real recorded
 Confluent Avro records of ``../shared/testdata/debezium`` (an 8-column table), cycled, with their
 registry subjects served from memory.
 """
@@ -38,6 +40,7 @@ import fastavro
 import orjson
 from confluent_kafka import Producer
 
+from inlet.services.cdc_consumer.catalog import CatalogColumn
 from inlet.services.cdc_consumer.decode import Decoder
 from inlet.services.cdc_consumer.service import CdcConsumerService
 from inlet.services.cdc_consumer.settings import CdcConfig
@@ -149,6 +152,50 @@ def json_events(n: int, prefix: str) -> tuple[str, list[tuple[bytes, bytes]]]:
         key = orjson.dumps({"schema": key_schema, "payload": {"id": after["id"]}})
         out.append((key, orjson.dumps({"schema": schema, "payload": payload})))
     return topic, out
+
+
+# ---------------------------------------------------------------------- JSON without schemas
+
+
+#: the source catalog of the 20 columns above, as PostgresCatalog reads it (typname, typmod, NOT NULL)
+CATALOG_COLUMNS = [
+    CatalogColumn("id", "int4", -1, True),
+    CatalogColumn("account_id", "int8", -1, False),
+    CatalogColumn("name", "text", -1, True),
+    CatalogColumn("email", "text", -1, False),
+    CatalogColumn("city", "text", -1, False),
+    CatalogColumn("country", "text", -1, False),
+    CatalogColumn("balance", "numeric", ((12 << 16) | 2) + 4, False),
+    CatalogColumn("score", "float8", -1, False),
+    CatalogColumn("active", "bool", -1, False),
+    CatalogColumn("born", "date", -1, False),
+    CatalogColumn("created_at", "timestamp", -1, False),
+    CatalogColumn("updated_at", "timestamptz", -1, False),
+    CatalogColumn("doc", "jsonb", -1, False),
+    CatalogColumn("uid", "uuid", -1, False),
+    CatalogColumn("tags", "_text", -1, False, element_type="text"),
+    CatalogColumn("qty", "int2", -1, False),
+    CatalogColumn("ratio", "float4", -1, False),
+    CatalogColumn("note", "text", -1, False),
+    CatalogColumn("version", "int8", -1, False),
+    CatalogColumn("photo", "bytea", -1, False),
+]
+
+
+class MemoryCatalog:
+    """The source catalog of ``accounts``, served from memory (``columns`` like PostgresCatalog)."""
+
+    COLUMNS = {c.name: c for c in CATALOG_COLUMNS}
+
+    def columns(self, schema: str, table: str, refresh: bool = False) -> dict[str, CatalogColumn]:
+        return self.COLUMNS
+
+
+def schemaless(pairs: list[tuple[bytes, bytes]]) -> list[tuple[bytes | None, bytes]]:
+    """The same events as JsonConverter writes them with ``schemas.enable=false``: payloads only."""
+    return [
+        (orjson.dumps(orjson.loads(k)["payload"]), orjson.dumps(orjson.loads(v)["payload"])) for k, v in pairs
+    ]
 
 
 # ---------------------------------------------------------------------- Avro events (recorded)
@@ -296,6 +343,21 @@ def main(argv: list[str] | None = None) -> int:
         wall, per_cpu, secs = through_service(kafka, topic, pairs, Decoder())
         rows.append(("  service: Kafka in -> decode -> Kafka out, acks=all", per_cpu, wall, f"{secs:.2f} s"))
         json_service = per_cpu
+        plain = schemaless(pairs)
+        psize = sum(len(v) for _, v in plain) / len(plain)
+        ptopic = topic + "_plain"
+        rows.append(
+            (
+                f"JSON no schemas, same events ({psize:,.0f} B/event): parse floor (orjson.loads)",
+                floor_json([v for _, v in plain]),
+                None,
+                "",
+            )
+        )
+        dw, dc = decode_only(Decoder(catalog=MemoryCatalog()), ptopic, plain)
+        rows.append(("  decode only (column types from the catalog)", dc, dw, ""))
+        wall, per_cpu, secs = through_service(kafka, ptopic, plain, Decoder(catalog=MemoryCatalog()))
+        rows.append(("  service: Kafka in -> decode -> Kafka out, acks=all", per_cpu, wall, f"{secs:.2f} s"))
         if args.avro_events:
             registry = MemoryRegistry()
             atopic, apairs = avro_events(args.avro_events, prefix)

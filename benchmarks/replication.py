@@ -181,8 +181,10 @@ class StackRun:
         batch_interval_ms: int | None,
         kafka_storage: str = "s3",
         initial_load: str = "copy",
+        debezium_schemas: bool | None = None,
     ) -> None:
         self.dir = directory
+        self.debezium_schemas = debezium_schemas  # None: the stack's default
         self.engine = engine
         self.initial_load = initial_load
         self.batch_interval_ms = batch_interval_ms
@@ -223,6 +225,8 @@ class StackRun:
         args += ["--initial-load", self.initial_load]
         if self.batch_interval_ms is not None:
             args += ["--batch-interval-ms", str(self.batch_interval_ms)]
+        if self.debezium_schemas is not None:
+            args += ["--debezium-schemas" if self.debezium_schemas else "--no-debezium-schemas"]
         if self.kafka_storage == "memory":
             # `stack up` has no flag for it: save the configuration with persistent_kafka=False and
             # start the supervisor as `up` would; `up` then finds it running and waits for it
@@ -233,6 +237,7 @@ class StackRun:
                 persistent_kafka=False,
                 initial_load=self.initial_load,
                 **({"batch_interval_ms": self.batch_interval_ms} if self.batch_interval_ms else {}),
+                **({"debezium_schemas": self.debezium_schemas} if self.debezium_schemas is not None else {}),
             )
             config.save()
             (self.dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -366,7 +371,8 @@ def histogram(before: Samples, after: Samples, name: str, table: str) -> dict[st
 
 
 def _proc_table() -> dict[int, tuple[int, float]]:
-    """{pid: (ppid, cpu seconds)} of every process (user + system time)."""
+    """{pid: (ppid, cpu seconds)} of every process: user + system time, its own and that of its
+    children it has reaped (a PostgreSQL backend that exits moves into the postmaster's)."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
@@ -377,7 +383,7 @@ def _proc_table() -> dict[int, tuple[int, float]]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+        out[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
     return out
 
 
@@ -402,6 +408,8 @@ def component_cpu(stack_dir: Path) -> dict[str, float]:
             total += procs.get(p, (0, 0.0))[1]
             todo.extend(children.get(p, []))
         out[c["name"]] = total
+    with contextlib.suppress(OSError, ValueError):  # the supervisor itself (its children are counted above)
+        out["supervisor"] = procs[int((stack_dir / PID_FILE).read_text())][1]
     t = os.times()
     out["benchmark"] = t.user + t.system  # this process: load generator, lake probe, marker listener
     return out
@@ -781,10 +789,12 @@ def measure_rate(
     sampler.start()
     cpu0 = component_cpu(stack.dir)
     wall_start = time.time()
+    gen_cpu0 = time.thread_time()  # the load generator runs in this thread; the probe and listener in others
     try:
         changes, elapsed, first, last = gen.run(rate, seconds, stop)
     finally:
         sampler_stop.set()
+        gen_cpu = time.thread_time() - gen_cpu0
     t_end = time.time()
     backlog_txs = last - max(probe.max_seq, first - 1)
     backlog_changes = sum(
@@ -798,8 +808,12 @@ def measure_rate(
     while probe.max_seq < last and time.time() < deadline and not stop.is_set():
         time.sleep(0.2)
     drained_at = time.time() if probe.max_seq >= last else None
-    cores = cpu_delta(cpu0, component_cpu(stack.dir), time.time() - wall_start)
+    cpu1 = component_cpu(stack.dir)
+    cores = cpu_delta(cpu0, cpu1, time.time() - wall_start)
     say(f"rate {rate:,}/s: cores used per component (load + drain): {cores}")
+    cpu_s = {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}
+    cpu_s["load_generator"] = gen_cpu
+    cpu_s["benchmark"] = cpu_s.get("benchmark", 0.0) - gen_cpu  # the lake probe and the marker listener
     w1, c1 = scrape(w_url), scrape(c_url)
     loads.append(os.getloadavg()[0])
 
@@ -897,6 +911,7 @@ def measure_rate(
         "cdc_events_in": cdc_in,
         "table_rows": probe.rows,
         "cores_by_component": cores,
+        "cpu_s_by_process": cpu_s,  # load start to drained (or drain timeout)
         "load_avg_1m": statistics.mean(loads),
     }
     fc = res["freshness_commit"]
@@ -937,7 +952,16 @@ def measure_steady(
             say(f"steady: marker listener failed ({markers.error}); no per-stage split")
             markers = None
     gen = LoadGen(stack.pg_url, next_id=seed_rows + 1, live=list(range(1, seed_rows + 1)))
-    results = []
+    results: list[dict[str, Any]] = []
+    if args.idle_seconds > 0 and not stop.is_set():
+        # what each process spends with nothing to replicate (heartbeats, polls, the probe's reads):
+        # part of every rate's CPU per change, the more so the lower the rate
+        say(f"steady: {args.idle_seconds:.0f}s idle")
+        cpu0, t0 = component_cpu(stack.dir), time.time()
+        stop.wait(args.idle_seconds)
+        idle = cpu_delta(cpu0, component_cpu(stack.dir), time.time() - t0)
+        say(f"steady: idle cores per component: {idle}")
+        results.append({"idle_cores": idle, "load_avg_1m": os.getloadavg()[0]})
     try:
         for rate in rates:
             if stop.is_set():
@@ -968,10 +992,128 @@ def _n(v: Any) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+#: the headline table's CPU columns: (heading, the process trees summed)
+CPU_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("PostgreSQL", ("postgres",)),
+    ("Debezium", ("debezium",)),
+    ("broker (Tansu)", ("kafka",)),
+    ("its store (SeaweedFS)", ("s3",)),
+    ("CDC consumer", ("cdc_consumer",)),
+    ("writer", ("writer",)),
+    ("coordinator", ("coordinator",)),
+    ("table services", ("table_services",)),
+    ("catalog sync + metastore", ("catalog_sync", "metastore")),
+    ("supervisor", ("supervisor",)),
+)
+STACK_PROCESSES = tuple(n for _, names in CPU_COLUMNS for n in names)
+
+
+def cpu_per_1k(s: dict[str, Any]) -> dict[str, float | None]:
+    """CPU seconds per 1,000 changes of each headline column (None: no such process in the run)."""
+    cpu = s.get("cpu_s_by_process") or {}
+    changes = s["changes"] or 1
+    out: dict[str, float | None] = {}
+    for heading, names in CPU_COLUMNS:
+        found = [cpu[n] for n in names if n in cpu]
+        out[heading] = sum(found) * 1000 / changes if found else None
+    out["stack total"] = sum(cpu.get(n, 0.0) for n in STACK_PROCESSES) * 1000 / changes
+    out["load generator"] = cpu["load_generator"] * 1000 / changes if "load_generator" in cpu else None
+    out["probe + listener"] = cpu["benchmark"] * 1000 / changes if "benchmark" in cpu else None
+    return out
+
+
+def render_cpu_table(results: dict[str, Any]) -> list[str]:
+    """The headline: per offered rate, what was achieved and the CPU each process spent per change."""
+    headings = [h for h, _ in CPU_COLUMNS] + ["stack total", "load generator", "probe + listener"]
+    lines = [
+        "## Sustained changes: rate, freshness and CPU-seconds per 1,000 changes per process",
+        "",
+        "| engine | offered/s | committed/s | lake/s | fresh p50 | fresh p99 | kept up | "
+        + " | ".join(headings)
+        + " | load avg |",
+        "|---|---|---|---|---|---|---|" + "---|" * len(headings) + "---|",
+    ]
+    for eng, r in results["engines"].items():
+        for s in ([r["idle"]] if r.get("idle") else []) + r.get("steady", []):
+            if "idle_cores" in s:  # CPU seconds per second (cores) with nothing to replicate
+                idle = s["idle_cores"]
+                cells = [sum(idle.get(n, 0.0) for n in names) for _, names in CPU_COLUMNS]
+                cells.append(sum(idle.get(n, 0.0) for n in STACK_PROCESSES))
+                cells += [0.0, idle.get("benchmark", 0.0)]
+                lines.append(
+                    f"| {eng} | idle (cores) | - | - | - | - | - | "
+                    + " | ".join(f"{c:.3f}" for c in cells)
+                    + f" | {s['load_avg_1m']:.1f} |"
+                )
+                continue
+            fc, per = s["freshness_commit"], cpu_per_1k(s)
+            lines.append(
+                f"| {eng} | {s['rate']:,} | {_n(s['achieved_per_s'])} | {_n(s['lake_per_s'])} | "
+                f"{_f(fc['p50'])} | {_f(fc['p99'])} | {'yes' if s['kept_up'] else 'NO'} | "
+                + " | ".join("-" if per[h] is None else f"{per[h]:.3f}" for h in headings)
+                + f" | {s['load_avg_1m']:.1f} |"
+            )
+    lines += [
+        "",
+        "CPU = user + system seconds of each process tree (PostgreSQL: every backend, the load generator's "
+        "and the walsender's included) from the first offered change until the lake had the last "
+        "(or the drain timed out), per 1,000 changes committed; 'load generator' is the benchmark thread "
+        "that commits the changes, 'probe + listener' the rest of the benchmark process (lake reads, "
+        "Kafka marker listener). Freshness = lake commit completion - PostgreSQL commit. The 'idle' row is "
+        "CPU seconds per second (cores) over the idle seconds before the first rate: a process's idle "
+        "cost is in every rate's CPU per change, the more so the lower the rate.",
+        "",
+    ]
+    return lines
+
+
+def render_snapshot(results: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    lines += [
+        "",
+        "## Initial snapshot",
+        "",
+        "| engine | initial load | rows | stack up (COPY load inside) | Debezium snapshot start/done | Debezium topic full | CDC topic full "
+        "| first lake commit | writer done "
+        "| all visible | rows/s | commits | batch mean/p99 | compactions (s) | < 2 min | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for eng, r in results["engines"].items():
+        s = r.get("snapshot")
+        if not s:
+            continue
+        copy_s = f" ({_f(s['copy_load_s'])})" if s.get("copy_load_s") else ""
+        lines.append(
+            f"| {eng} | {s['initial_load']} | {s['rows']:,} | {_f(s['stack_up_s'])}{copy_s} | "
+            f"{_f(s.get('debezium_snapshot_start_s'))} / {_f(s.get('debezium_snapshot_done_s'))} | {_f(s['debezium_all_s'])} | "
+            f"{_f(s['cdc_all_s'])} | {_f(s['first_lake_commit_s'])} | {_f(s['writer_all_s'])} | "
+            f"{_f(s['visible_s'])} | {_n(s['rows_per_s'])} | {int(s['commits'])} | "
+            f"{_f(s['batch_mean_s'])} / {_f(s['batch_p99_s'])} | {int(s['compactions'])} ({_f(s['compaction_s'])}) | "
+            f"{'met' if s['met_target'] else 'MISSED'} | {s['load_avg_1m']:.1f} |"
+        )
+    lines += ["", "Times in the snapshot table are from `inlet stack up` (which starts every process)."]
+    names = ["postgres", "debezium", "kafka", "s3", "cdc_consumer", "writer", "coordinator"]
+    names += ["table_services", "metastore", "catalog_sync", "supervisor", "benchmark"]
+    lines += [
+        "",
+        "### CPU cores used per component during the initial snapshot (process tree CPU s / wall s)",
+        "",
+        "| engine | phase | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for eng, r in results["engines"].items():
+        phases = [(f"snapshot {r['snapshot']['rows']:,}", r["snapshot"])] if r.get("snapshot") else []
+        for label, ph in phases:
+            cores = ph.get("cores_by_component") or {}
+            lines.append(f"| {eng} | {label} | " + " | ".join(_f(cores.get(n), "") for n in names) + " |")
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     lines = [
         f"# Inlet replication benchmark ({results['started']}, {os.cpu_count()} cores)",
         "",
+        *render_cpu_table(results),
         "Targets (issue 11): p99 freshness < 5 s at 2,000 changes/s; 1M-row initial load < 2 min.",
         "Freshness = lake commit completion (exact moment visible to a snapshot read) - PostgreSQL commit;",
         "'probe' = when the benchmark's own read loop first saw it. Stage split from transaction END markers.",
@@ -1020,44 +1162,8 @@ def render(results: dict[str, Any]) -> str:
                 f"{_n(s['writer_records_per_commit'])} | {_f(wb['p50'])} / {_f(wb['p99'])} | "
                 f"{int(s['compactions'])} ({_f(s['compaction_s'])}) |"
             )
-    lines += [
-        "",
-        "## Initial snapshot",
-        "",
-        "| engine | initial load | rows | stack up (COPY load inside) | Debezium snapshot start/done | Debezium topic full | CDC topic full "
-        "| first lake commit | writer done "
-        "| all visible | rows/s | commits | batch mean/p99 | compactions (s) | < 2 min | load avg |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for eng, r in results["engines"].items():
-        s = r.get("snapshot")
-        if not s:
-            continue
-        copy_s = f" ({_f(s['copy_load_s'])})" if s.get("copy_load_s") else ""
-        lines.append(
-            f"| {eng} | {s['initial_load']} | {s['rows']:,} | {_f(s['stack_up_s'])}{copy_s} | "
-            f"{_f(s.get('debezium_snapshot_start_s'))} / {_f(s.get('debezium_snapshot_done_s'))} | {_f(s['debezium_all_s'])} | "
-            f"{_f(s['cdc_all_s'])} | {_f(s['first_lake_commit_s'])} | {_f(s['writer_all_s'])} | "
-            f"{_f(s['visible_s'])} | {_n(s['rows_per_s'])} | {int(s['commits'])} | "
-            f"{_f(s['batch_mean_s'])} / {_f(s['batch_p99_s'])} | {int(s['compactions'])} ({_f(s['compaction_s'])}) | "
-            f"{'met' if s['met_target'] else 'MISSED'} | {s['load_avg_1m']:.1f} |"
-        )
-    lines += ["", "Times in the snapshot table are from `inlet stack up` (which starts every process)."]
-    names = ["postgres", "debezium", "kafka", "s3", "cdc_consumer", "writer", "coordinator"]
-    names += ["metastore", "catalog_sync", "benchmark"]
-    lines += [
-        "",
-        "### CPU cores used per component (process tree CPU s / wall s; the machine has 2)",
-        "",
-        "| engine | phase | " + " | ".join(names) + " |",
-        "|---|---|" + "---|" * len(names),
-    ]
-    for eng, r in results["engines"].items():
-        phases = [(f"snapshot {r['snapshot']['rows']:,}", r["snapshot"])] if r.get("snapshot") else []
-        phases += [(f"{s['rate']:,}/s", s) for s in r.get("steady", [])]
-        for label, ph in phases:
-            cores = ph.get("cores_by_component") or {}
-            lines.append(f"| {eng} | {label} | " + " | ".join(_f(cores.get(n), "") for n in names) + " |")
+    if any(r.get("snapshot") for r in results["engines"].values()):
+        lines += render_snapshot(results)
     for eng, r in results["engines"].items():
         if r.get("error"):
             lines.append(f"\n{eng}: ERROR {r['error']}")
@@ -1073,7 +1179,9 @@ def run_engine(
     directory = root / f"{engine}-{initial_load}"
     if directory.exists():
         shutil.rmtree(directory)
-    stack = StackRun(directory, engine, args.batch_interval_ms, args.kafka_storage, initial_load)
+    stack = StackRun(
+        directory, engine, args.batch_interval_ms, args.kafka_storage, initial_load, args.debezium_schemas
+    )
     out: dict[str, Any] = {"dir": str(directory)}
     try:
         if args.snapshot_rows > 0:
@@ -1082,7 +1190,9 @@ def run_engine(
             stack.prepare_source(0)
             stack.up()
         if steady and args.rates and not stop.is_set():
-            out["steady"] = measure_steady(stack, args.rates, args.seconds, args, stop)
+            steady = measure_steady(stack, args.rates, args.seconds, args, stop)
+            out["idle"] = next((s for s in steady if "idle_cores" in s), None)
+            out["steady"] = [s for s in steady if "idle_cores" not in s]
     except Exception as e:
         out["error"] = f"{type(e).__name__}: {e}"
         say(f"{engine}: failed: {out['error']} (logs in {directory / 'logs'})")
@@ -1110,6 +1220,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-interval-ms", type=int, default=None, help="the writer's (stack default: 1000)")
     p.add_argument("--probe-interval", type=float, default=1.0, help="seconds between lake reads")
     p.add_argument(
+        "--idle-seconds", type=float, default=10, help="seconds measured idle before the first rate (0: skip)"
+    )
+    p.add_argument(
         "--drain-timeout", type=float, default=180, help="seconds to wait for the lake to catch up"
     )
     p.add_argument("--snapshot-timeout", type=float, default=900, help="seconds to wait for the snapshot")
@@ -1118,6 +1231,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("s3", "memory"),
         default="s3",
         help="the broker's storage: s3 (what `inlet stack up` runs) or memory (persistent_kafka=False)",
+    )
+    p.add_argument(
+        "--debezium-schemas",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="stack up --debezium-schemas / --no-debezium-schemas (default: the stack's, schemas on)",
     )
     p.add_argument("--no-markers", action="store_true", help="skip the Kafka marker listener (stage split)")
     p.add_argument("--dir", type=Path, help="stack directories go under DIR/<engine> (default: a temp dir)")

@@ -1,6 +1,10 @@
 """The CDC consumer service behind the live Debezium connector: every change comes out typed, equal to
 what PostgreSQL holds, with the before images each REPLICA IDENTITY gives, TOAST values marked
-unchanged, transactions bracketed per table, and a column added mid-stream carried in a new schema.
+unchanged, transactions bracketed per table, a primary-key change carrying its old key, and a column
+added mid-stream carried in a new schema.
+
+The connector runs as ``inlet stack up`` runs it: JSON without schemas (issue #23), so every column
+type comes from the source catalog (``--database-url``), the added column's too.
 
 Expected values come from the SQL below and from PostgreSQL itself, never from the decoder.
 """
@@ -15,6 +19,7 @@ import pytest
 from cdc_helpers import OutRecord, make_config, read_all, running, unique_prefix, wait_for
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.stack.debezium import STACK_SCHEMAS_ENABLE
 
 pytestmark = pytest.mark.slow
 
@@ -58,9 +63,9 @@ def test_live_changes_through_the_consumer(start_debezium, pg_url: str, kafka_bo
         conn.execute("CREATE TABLE b (id int PRIMARY KEY, v numeric(8,2), label text)")
         conn.execute("ALTER TABLE b REPLICA IDENTITY FULL")
         conn.execute("INSERT INTO a VALUES (1, 'first', %s), (2, 'second', 'short')", (LONG_NOTE,))
-    start_debezium(prefix)
+    start_debezium(prefix, schemas_enable=STACK_SCHEMAS_ENABLE)
     with (
-        running(make_config(kafka_bootstrap, prefix, topic_prefix=prefix)),
+        running(make_config(kafka_bootstrap, prefix, topic_prefix=prefix, database_url=pg_url)),
         psycopg.connect(pg_url, autocommit=True) as conn,
     ):
         conn.execute("INSERT INTO b VALUES (1, 1.50, 'one'), (2, 2.00, 'two')")
@@ -79,7 +84,8 @@ def test_live_changes_through_the_consumer(start_debezium, pg_url: str, kafka_bo
         )
         conn.execute("ALTER TABLE a ADD COLUMN extra int")
         conn.execute("INSERT INTO a VALUES (4, 'wide', 'n4', 42)")
-        out = read_all(kafka_bootstrap, topics, min_count=19, idle_s=3.0, timeout_s=120)
+        conn.execute("UPDATE a SET id = 5 WHERE id = 3")  # a primary-key change: delete 3, create 5
+        out = read_all(kafka_bootstrap, topics, min_count=22, idle_s=3.0, timeout_s=120)
         pg_a = {r[0]: r for r in conn.execute("SELECT id, name, note, extra FROM a").fetchall()}
         pg_b = {r[0]: r for r in conn.execute("SELECT id, v, label FROM b").fetchall()}
 
@@ -102,13 +108,13 @@ def test_live_changes_through_the_consumer(start_debezium, pg_url: str, kafka_bo
         pb.OPERATION_DELETE: "d",
     }
     assert [(op[e.op], e.record_key) for e in by_table["a"]] == [
-        ("r", "1"), ("r", "2"), ("u", "1"), ("d", "2"), ("c", "3"), ("c", "4"),
+        ("r", "1"), ("r", "2"), ("u", "1"), ("d", "2"), ("c", "3"), ("c", "4"), ("d", "3"), ("c", "5"),
     ]  # fmt: skip
     assert [(op[e.op], e.record_key) for e in by_table["b"]] == [
         ("c", "1"), ("c", "2"), ("u", "1"), ("d", "2"), ("u", "1"),
     ]  # fmt: skip
 
-    snap1, _, upd, dele, ins3, ins4 = by_table["a"]
+    snap1, _, upd, dele, ins3, ins4, _, moved = by_table["a"]
     assert snap1.source.snapshot and row(snap1, "after") == {"id": 1, "name": "first", "note": LONG_NOTE}
     # the unchanged TOAST value is marked, never sent as Debezium's placeholder string
     assert row(upd, "after") == {"id": 1, "name": "renamed", "note": "<unchanged>"}
@@ -131,6 +137,11 @@ def test_live_changes_through_the_consumer(start_debezium, pg_url: str, kafka_bo
     # the added column: a new schema version carrying it, typed
     assert ins4.schema_version != ins3.schema_version
     assert [(c.name, c.type) for c in ins4.schema.columns][-1] == ("extra", pb.COLUMN_TYPE_INT32)
+    assert row(ins4, "after") == {"id": 4, "name": "wide", "note": "n4", "extra": 42}
+
+    # the primary-key change: the new key's create names the old key (Debezium's __debezium.oldkey)
+    assert [value(pb.Column(), v) for v in moved.old_key.values] == [3]
+    assert row(moved, "after") == {"id": 5, "name": "tx", "note": "n3", "extra": None}
 
     # the last change of every key equals what PostgreSQL holds now
     last_a = {int(e.record_key): e for e in by_table["a"]}

@@ -464,9 +464,21 @@ def test_connector_config_and_cdc_consumer_agree() -> None:
     assert cfg["plugin.name"] == "pgoutput"
     assert cfg["provide.transaction.metadata"] == "true"
     assert int(cfg["heartbeat.interval.ms"]) > 0
+    from inlet.services.stack.debezium import (
+        PRODUCER_SETTINGS,
+        STACK_CONNECTOR_SETTINGS,
+        STACK_SCHEMAS_ENABLE,
+    )
+
     for side in ("key", "value"):
         assert cfg[f"{side}.converter"] == "org.apache.kafka.connect.json.JsonConverter"
-        assert cfg[f"{side}.converter.schemas.enable"] == "true"
+        assert cfg[f"{side}.converter.schemas.enable"] == str(STACK_SCHEMAS_ENABLE).lower()
+    # Debezium's batching and the producer's compression as `inlet stack up` runs them (issue #23)
+    assert STACK_CONNECTOR_SETTINGS.items() <= cfg.items()
+    connect_env = interpolate(compose())["services"]["connect"]["environment"]
+    for key in ("producer.compression.type", "producer.linger.ms", "producer.batch.size"):
+        env = "CONNECT_" + key.upper().replace(".", "_")
+        assert str(connect_env.get(env)) == PRODUCER_SETTINGS[key], env
     assert cfg["slot.name"] and cfg["publication.name"]
     # Debezium skips TRUNCATE unless told otherwise (its default is "t"): the lake would keep the rows
     assert "t" not in cfg["skipped.operations"].split(","), "the connector skips TRUNCATE"

@@ -6,6 +6,7 @@ customer was inserted with born '1990-05-17', balance 4.99, updated_at '2024-01-
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import json
@@ -364,6 +365,29 @@ def test_schemaless_json_refreshes_the_catalog_for_a_new_column(pg_url: str) -> 
         assert rec.change.after.values[1].int_value == 3
         with pytest.raises(DecodeError, match=re.escape("'ghost' of public.t is not in the source catalog")):
             decoder.decode("srv.public.t", 0, 2, b'{"id":3}', event({"id": 3, "ghost": 1}))
+        catalog.close()
+
+
+def test_schemaless_json_follows_a_changed_column_type_once_the_catalog_is_read_again(pg_url: str) -> None:
+    """The same column names, another type: a catalog older than ``max_age_s`` is read again and the
+    decoder's plan for the table rebuilt (without it the new numeric(12,5) values were read with the
+    old scale 3, 1000 times too large, until a column was added or dropped)."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.t_retype (id int PRIMARY KEY, n numeric(10,3))")
+        catalog = PostgresCatalog(pg_url, max_age_s=0.0)  # every record may re-read it
+        decoder = Decoder(catalog=catalog)
+        src = {"connector": "postgresql", "name": "srv", "db": "x", "schema": "public", "table": "t_retype"}
+
+        def n_of(offset: int, unscaled: int) -> tuple[str, int]:
+            raw = base64.b64encode(unscaled.to_bytes(8, "big", signed=True)).decode()
+            value = {"before": None, "after": {"id": offset, "n": raw}, "source": src, "op": "c", "ts_ms": 2}
+            (rec,) = decoder.decode("srv.public.t_retype", 0, offset, b'{"id":1}', orjson.dumps(value))
+            column = rec.change.schema.columns[1]
+            return rec.change.after.values[1].decimal_value, column.scale
+
+        assert n_of(1, 1234567) == ("1234.567", 3)
+        conn.execute("ALTER TABLE public.t_retype ALTER COLUMN n TYPE numeric(12,5)")
+        assert n_of(2, 123456789) == ("1234.56789", 5)
         catalog.close()
 
 

@@ -13,6 +13,7 @@ REPLICA IDENTITY (how the decoder treats a table without a primary key).
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -64,27 +65,42 @@ WHERE n.nspname = %s AND c.relname = %s
 _IDENTITIES = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
 
 
+#: How old the CDC consumer lets a table's cached columns get (``inlet cdc run``): after an ALTER
+#: COLUMN ... TYPE, JSON without schemas decodes with the new type within this many seconds. Events
+#: written before the change and decoded after it still get the new type: docs/cdc.md, "Encoding".
+CATALOG_MAX_AGE_S = 5.0
+
+
 class PostgresCatalog:
     """Reads column types from the source database (``conninfo``: a libpq URL or DSN).
 
     One connection, opened on first use, reopened after an error; safe to share between threads.
+    ``max_age_s``: a table's columns are read again when its cached copy is older (None: never,
+    only on ``refresh``); a column whose type changed keeps its name, so nothing else would tell.
+    A read that finds the same columns returns the cached dict itself: a caller may compare by
+    identity.
     """
 
-    def __init__(self, conninfo: str) -> None:
+    def __init__(self, conninfo: str, max_age_s: float | None = None) -> None:
         self._conninfo = conninfo
+        self.max_age_s = max_age_s
         self._conn: Any = None
-        self._cache: dict[tuple[str, str], dict[str, CatalogColumn]] = {}
+        self._cache: dict[tuple[str, str], tuple[float, dict[str, CatalogColumn]]] = {}
         self._lock = threading.Lock()
 
     def columns(self, schema: str, table: str, refresh: bool = False) -> dict[str, CatalogColumn]:
         key = (schema, table)
-        if not refresh:
-            found = self._cache.get(key)
-            if found is not None:
-                return found
+        found = self._cache.get(key)
+        fresh = found is not None and (
+            self.max_age_s is None or time.monotonic() - found[0] <= self.max_age_s
+        )
+        if not refresh and found is not None and fresh:
+            return found[1]
         with self._lock:
             cols = self._query(schema, table)
-            self._cache[key] = cols
+            if found is not None and found[1] == cols:
+                cols = found[1]
+            self._cache[key] = (time.monotonic(), cols)
         return cols
 
     def _query(self, schema: str, table: str) -> dict[str, CatalogColumn]:

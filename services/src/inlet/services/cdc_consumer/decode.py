@@ -171,6 +171,7 @@ class Decoder:
         self._key_heads: dict[str, tuple[bytes, tuple[str, ...]]] = {}  # topic -> (key head, key names)
         self._kinds: dict[str, str] = {}
         self._plans: dict[Any, _TablePlan] = {}
+        self._catalog_seen: dict[tuple[str, str], Any] = {}  # (schema, table) -> the columns planned with
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ entry point
@@ -388,6 +389,12 @@ class Decoder:
         names = tuple(row)
         for attempt in (0, 1):
             cols = self.catalog.columns(schema, table, refresh=attempt == 1)
+            seen = self._catalog_seen.get((schema, table))
+            if cols is not seen:
+                if seen is not None and cols != seen:
+                    # read again (max_age_s, refresh): a column's type may have changed under its name
+                    self._forget(schema, table)
+                self._catalog_seen[(schema, table)] = cols
             missing = [n for n in names if n not in cols]
             if missing:
                 if attempt == 0:

@@ -148,9 +148,9 @@ def build_decoder(config: CdcConfig) -> Any:
         registry = SchemaRegistryClient({"url": config.schema_registry})
     catalog = None
     if config.database_url:
-        from inlet.services.cdc_consumer.catalog import PostgresCatalog
+        from inlet.services.cdc_consumer.catalog import CATALOG_MAX_AGE_S, PostgresCatalog
 
-        catalog = PostgresCatalog(config.database_url)
+        catalog = PostgresCatalog(config.database_url, max_age_s=CATALOG_MAX_AGE_S)
     return Decoder(
         topic_prefix=config.topic_prefix,
         value_format=config.value_format,  # type: ignore[arg-type]

@@ -131,6 +131,16 @@ UP_SETTINGS = (
         default=True,
     ),
     Setting(
+        "debezium_schemas",
+        "--debezium-schemas",
+        "Debezium writes JSON with each event's schema inline (default). --no-debezium-schemas: values "
+        "only (~1/6 of the bytes, a quarter less Debezium CPU per change), the CDC consumer reads column types "
+        "from the source catalog - only for tables whose column types never change (ALTER COLUMN ... "
+        "TYPE) while changes are in flight: those would decode with the new type",
+        kind="bool",
+        default=True,
+    ),
+    Setting(
         "initial_load",
         "--initial-load",
         "how the rows already in the source tables reach the lake on the first start: copy (read in "

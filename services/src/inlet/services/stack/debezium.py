@@ -80,6 +80,9 @@ _PG_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: lz4 compression: every event repeats its schema, so a batch shrinks several-fold and a 512 KB request
 #: carries that many more events; the broker (Tansu on S3) pays per request and per byte stored, and
 #: was the snapshot's bottleneck without it.
+#: (Issue #23, measured by benchmarks/debezium_encoding.py, docs/cdc.md "Encoding"): lz4 over zstd,
+#: snappy and gzip - zstd and gzip make batches half lz4's size but cost the JVM 10-25 % more CPU per
+#: event, and bytes are not what the broker is short of.
 PRODUCER_SETTINGS: dict[str, str] = {
     "producer.enable.idempotence": "false",
     "producer.acks": "all",
@@ -88,6 +91,20 @@ PRODUCER_SETTINGS: dict[str, str] = {
     "producer.batch.size": "524288",
     "producer.compression.type": "lz4",
 }
+
+#: How ``inlet stack up`` encodes change events unless ``--no-debezium-schemas`` (issue #23): JSON with
+#: each event's schema inline. Without schemas a 20-column event is ~900 bytes instead of ~5.4 KB (~180
+#: instead of ~320 on the wire with lz4) and Debezium spends ~25 % less CPU on it, but the CDC consumer
+#: then takes every column's type from the source catalog as it is when it decodes, not as it was when
+#: the event was written: after an ALTER COLUMN ... TYPE that keeps the JSON shape (a numeric's scale, a
+#: timestamp's precision) events still in flight would decode to wrong values without an error.
+#: Correctness first: schemas stay on (docs/cdc.md, "Encoding").
+STACK_SCHEMAS_ENABLE = True
+
+#: Debezium's own batching, as ``inlet stack up`` runs it (issue #23). ``poll.interval.ms``: Debezium's
+#: queue hands Connect a batch once it holds ``max.batch.size`` (2048) events or this much time has
+#: passed (default 500 ms): below ~4,000 changes/s every event waited up to half a second there.
+STACK_CONNECTOR_SETTINGS: dict[str, str] = {"poll.interval.ms": "100"}
 
 _LOG4J2 = """\
 rootLogger.level=INFO
