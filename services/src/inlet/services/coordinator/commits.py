@@ -3,6 +3,8 @@
 Every operation that issues a time or changes an instant runs in one database transaction that
 holds the table's row lock (:meth:`Store.transaction` + ``SELECT ... FOR UPDATE``), and writes
 the timeline file (through :class:`inlet.core.storage.Storage`) before that transaction commits.
+BeginInstant, MarkInflight and CompleteInstant calls waiting for the same table share that
+transaction, each in a savepoint of its own (group commit, :mod:`.batches`).
 PostgreSQL is the only lock: core's ``fcntl`` table lock is never taken here (a client on this
 host may hold it while calling us).
 
@@ -33,6 +35,7 @@ from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
 from inlet.core.timeline.instant import Action, Instant, State
 from inlet.services.coordinator import validation
+from inlet.services.coordinator.batches import TableQueues
 from inlet.services.coordinator.errors import (
     AlreadyExists,
     Conflict,
@@ -135,6 +138,7 @@ class Coordinator:
         self.id = coordinator_id or f"coordinator-{uuid.uuid4().hex[:12]}"
         self._started = time.monotonic()
         self.leases = Leases(store, lock_lease_ms, lock_wait_slots)
+        self.queues = TableQueues(store)  # group commit of the calls waiting for a table's lock
         self.timelines = Timelines()
 
     def _just_started(self, timeout_ms: int) -> bool:
@@ -298,8 +302,9 @@ class Coordinator:
         validation.bounded(writer_id, "writer_id")
         validation.bounded(request_id, "request_id")
         target = self._rollback_target(requested_content) if action == Action.ROLLBACK else None
-        with self.store.transaction() as tx:
-            table = registered(tx, table_id, lock=True)
+
+        def issue(tx: Tx) -> tuple[TableRow, Instant, Timeline | None]:
+            table = registered(tx, table_id, lock=True, instant=("begin_request_id", request_id))
             if request_id:
                 done = tx.instant_by_begin_request(table_id, request_id)
                 if done is not None:
@@ -312,7 +317,7 @@ class Coordinator:
                     if done.state == State.REQUESTED.value:
                         # the first call may have died between its commit and writing the file
                         self._write_requested(table, instant, requested_content)
-                    return instant, table.heartbeat_timeout_ms
+                    return table, instant, None  # already issued
             tl = self.timeline(table)
             self._reconcile(tx, table, tl)
             if target is not None:
@@ -327,13 +332,17 @@ class Coordinator:
                     state = current.state.value if current else State.REQUESTED.value
                     tx.insert_instant(table_id, target, current.action if current else "commit", state)
                 tx.set_rolling_back(table_id, target, t)
-            instant = Instant(t, action, State.REQUESTED)
+            return table, Instant(t, action, State.REQUESTED), tl
+
+        table, instant, tl = self.queues.run(table_id, issue)
+        if tl is None:
+            return instant, table.heartbeat_timeout_ms
         # written once the issue is recorded: a crash in between leaves a database row without a
         # timeline file, which a retry of the same request writes and the janitor otherwise expires
         # (a file without a row would be an instant the coordinator never tracks); the time is new,
         # so no file of it can exist yet
-        self.storage(table).write_atomic(tl.path_of(instant), requested_content)
-        log.info("began %s %s on %s for %s", action, t, table_id, writer_id or "?")
+        tl.storage.write_atomic(tl.path_of(instant), requested_content)
+        log.info("began %s %s on %s for %s", action, instant.time, table_id, writer_id or "?")
         return instant, table.heartbeat_timeout_ms
 
     def _write_requested(self, table: TableRow, instant: Instant, content: bytes) -> None:
@@ -460,8 +469,10 @@ class Coordinator:
         for p, f in planned or ():
             validation.relative_path(p, "planned partition path")
             validation.bounded(f, "planned file id")
-        with self.store.transaction() as tx:
-            table = registered(tx, table_id, lock=True)
+
+        def mark(tx: Tx) -> Instant:
+            groups = planned
+            table = registered(tx, table_id, lock=True, instant=("instant_time", t))
             tl = self.timeline(table)
             row, current = self._tracked(tx, table, tl, t)
             if row.state == COMPLETED or (current is not None and current.is_completed):
@@ -476,18 +487,18 @@ class Coordinator:
                 md = _decode_metadata(content, f"planned metadata of {t}")
                 if md is not None:
                     operation = md.operation_type
-                    if not planned:
-                        planned = md.touched_file_groups()
-            if planned:
+                    if not groups:
+                        groups = md.touched_file_groups()
+            if groups:
                 compacted = row.action in (Action.COMPACTION, Action.LOG_COMPACTION)
                 pending = Instant(t, row.action, current.state)
-                self._check_conflicts(
-                    tx, table, tl, pending, _planned_metadata(planned, operation, compacted)
-                )
-            tx.set_inflight(table_id, t, planned if planned else None, operation)
+                self._check_conflicts(tx, table, tl, pending, _planned_metadata(groups, operation, compacted))
+            tx.set_inflight(table_id, t, groups if groups else None, operation)
             inflight = Instant(t, row.action, State.INFLIGHT)
-            self.storage(table).write_atomic(tl.path_of(inflight), content)
-        return inflight
+            tl.storage.write_atomic(tl.path_of(inflight), content)
+            return inflight
+
+        return self.queues.run(table_id, mark)
 
     def heartbeat(self, table_id: str, t: str) -> int:
         """Refresh the heartbeat of a pending instant; returns when it expires (epoch ms)."""
@@ -530,8 +541,11 @@ class Coordinator:
             if action and action not in validation.METADATA_ACTIONS:
                 raise InvalidArgument(f"a {action} completes with Avro content, not commit metadata")
             self._check_metadata_paths(metadata)
-        with self.store.transaction() as tx:
-            table = registered(tx, table_id, lock=True)
+
+        def finish(tx: Tx) -> tuple[Completion, float | None]:
+            """The completion, and its commit latency if this call completed it."""
+            md = metadata
+            table = registered(tx, table_id, lock=True, instant=("instant_time", t))
             tl = self.timeline(table)
             row, current = self._tracked(tx, table, tl, t)
             read_at = time.monotonic()  # row.age_ms: the instant's age then
@@ -539,55 +553,58 @@ class Coordinator:
             eid = event_id(table_id, t)
             if row.state == COMPLETED:
                 done = Instant(t, row.completed_action or row.action, State.COMPLETED, row.completion_time)
-                if metadata is None or (request_id and request_id == row.complete_request_id):
-                    return Completion(done, eid)  # a retried call (or a table service finished already)
-                if row.complete_request_id is None and _same_files(tl.commit_metadata(done), metadata):
+                if md is None or (request_id and request_id == row.complete_request_id):
+                    return Completion(done, eid), None  # a retried call (or a table service finished already)
+                if row.complete_request_id is None and _same_files(tl.commit_metadata(done), md):
                     # recorded from the timeline by another call after the completing call crashed:
                     # this is that call's retry
-                    return Completion(done, eid)
+                    return Completion(done, eid), None
                 raise FailedPrecondition(f"instant {t} has already completed at {row.completion_time}")
             if current is not None and current.is_completed:
                 # completed on the timeline but not recorded (the transaction that wrote it failed)
                 self._record(tx, table, tl, current, None, request_id or None)
                 log.warning("recorded completion of %s %s found on the timeline", table_id, t)
-                return Completion(current, eid)
+                return Completion(current, eid), None
             current = self._check_pending(row, tl, current)
             if fence is not None:
                 validation.lock_name(fence.lock_name)
                 check_fence(tx, table_id, fence)
-            if metadata is None and row.action in Action.WRITE_ACTIONS:
+            if md is None and row.action in Action.WRITE_ACTIONS:
                 # a write completed with raw Avro is conflict-checked all the same
-                metadata = _decode_metadata(content or b"", f"commit metadata of {t}")
-                if metadata is None:
+                md = _decode_metadata(content or b"", f"commit metadata of {t}")
+                if md is None:
                     raise InvalidArgument(
                         f"the content completing {row.action} {t} is not HoodieCommitMetadata"
                     )
-                self._check_metadata_paths(metadata)
-                self._check_conflicts(tx, table, tl, current, metadata)
+                self._check_metadata_paths(md)
+                self._check_conflicts(tx, table, tl, current, md)
                 data = content or b""
-            elif metadata is not None:
-                self._check_conflicts(tx, table, tl, current, metadata)
-                data = metadata.to_bytes()
+            elif md is not None:
+                self._check_conflicts(tx, table, tl, current, md)
+                data = md.to_bytes()
             else:
                 data = content or b""
-            if metadata is not None:
-                self._check_source_offsets(table, tl, metadata)
+            if md is not None:
+                self._check_source_offsets(table, tl, md)
             done = current.with_state(State.COMPLETED, self._next_time(table, tl))
-            self._record(tx, table, tl, done, data, request_id or None, metadata)
-            self.storage(table).write_atomic(tl.path_of(done), data)
-            if metadata is not None:  # the next commit's conflict check and fence need not read it
-                tl.remember_metadata(done, metadata)
-        self.metrics.commit_latency.labels(table_id, done.action).observe(
-            row.age_ms / 1000 + (time.monotonic() - read_at)
-        )
-        log.info("completed %s %s at %s on %s", done.action, t, done.completion_time, table_id)
-        return Completion(done, eid)
+            self._record(tx, table, tl, done, data, request_id or None, md)
+            tl.storage.write_atomic(tl.path_of(done), data)
+            if md is not None:  # the next commit's conflict check and fence need not read it
+                tl.remember_metadata(done, md)
+            return Completion(done, eid), row.age_ms / 1000 + (time.monotonic() - read_at)
+
+        completion, latency = self.queues.run(table_id, finish)
+        if latency is not None:
+            done = completion.instant
+            self.metrics.commit_latency.labels(table_id, done.action).observe(latency)
+            log.info("completed %s %s at %s on %s", done.action, t, done.completion_time, table_id)
+        return completion
 
     def _check_source_offsets(self, table: TableRow, tl: Timeline, metadata: CommitMetadata) -> None:
         """A write carrying a Kafka checkpoint may not move it back: its writer lost the partitions
         (rebalance, long pause) to another that committed further. Fences every concurrency mode,
         non-blocking included, with no lease (:func:`.checkpoint.stale_offsets`)."""
-        storage = self.storage(table)
+        storage = tl.storage  # confined when the call listed the timeline
 
         def committed(topic: str, partitions: set[int]) -> dict[int, int]:
             return kafka_checkpoint.table_checkpoint(storage, topic, tl, partitions)

@@ -25,9 +25,11 @@ MAX_LOCK_WAIT_MS = 60_000
 MAX_LEASE_MS = 3_600_000
 
 
-def registered(tx: Tx, table_id: str, lock: bool = False) -> TableRow:
-    """The table's row (``lock``: held for the transaction), or NotFound."""
-    row = tx.table(table_id, lock=lock)
+def registered(tx: Tx, table_id: str, lock: bool = False, instant: tuple[str, str] | None = None) -> TableRow:
+    """The table's row (``lock``: held for the transaction), or NotFound. With ``lock`` and
+    ``instant`` (a column of instants and its value) that instant and the table's pending
+    instants are read in the same round trip (:meth:`Tx.lock_table`)."""
+    row = tx.lock_table(table_id, *instant) if lock and instant else tx.table(table_id, lock=lock)
     if row is None:
         raise NotFound(f"table {table_id!r} is not registered with the coordinator")
     return row

@@ -206,14 +206,43 @@ def _instant(row: dict[str, Any]) -> InstantRow:
 
 
 class Tx:
-    """One database transaction (see :meth:`Store.transaction`)."""
+    """One database transaction (see :meth:`Store.transaction`), in psycopg's pipeline mode:
+    a statement whose result is not read is sent with the next one that is (or with COMMIT), so
+    it costs no round trip of its own."""
 
-    def __init__(self, cur: psycopg.Cursor[dict[str, Any]]) -> None:
+    def __init__(self, cur: psycopg.Cursor[dict[str, Any]], pipeline: psycopg.Pipeline | None = None) -> None:
         self.cur = cur
+        self.pipeline = pipeline
         # pending instants read in this transaction, by table; dropped by every write to instants
         self._pending: dict[str, list[InstantRow]] = {}
         # the outbox sequence of each table whose row this transaction locked
         self._sequences: dict[str, int] = {}
+        # rows of an instants query sent behind a table's lock (:meth:`lock_table`), not read yet
+        self._prefetched: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+
+    def _changed(self) -> None:
+        """Forget what was read of instants (a write to them follows)."""
+        self._pending.clear()
+        self._prefetched.clear()
+
+    @contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """A block rolled back on its own if it raises (the transaction goes on), with what this
+        transaction remembers of its reads. A database error is not caught here: in pipeline
+        mode it aborts what follows until the transaction ends, so the transaction is lost."""
+        sequences = dict(self._sequences)
+        self.cur.execute("SAVEPOINT call")
+        try:
+            yield
+        except psycopg.Error:
+            raise
+        except BaseException:
+            self.cur.execute("ROLLBACK TO SAVEPOINT call")
+            self.cur.execute("RELEASE SAVEPOINT call")
+            self._sequences = sequences
+            self._changed()
+            raise
+        self.cur.execute("RELEASE SAVEPOINT call")
 
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
         self.cur.execute(sql, params)
@@ -222,6 +251,13 @@ class Tx:
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         self.cur.execute(sql, params)
         return self.cur.fetchall()
+
+    def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
+        """Run a write and return the number of rows it changed (waits for its result)."""
+        self.cur.execute(sql, params)
+        if self.pipeline is not None:
+            self.pipeline.sync()
+        return self.cur.rowcount
 
     def now_ms(self) -> int:
         row = self._one("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms")
@@ -240,6 +276,24 @@ class Tx:
             self._sequences[table_id] = table.last_sequence
         return table
 
+    def lock_table(self, table_id: str, column: str, value: str) -> TableRow | None:
+        """:meth:`table` with ``lock``, and, in the same round trip, the instant whose ``column``
+        is ``value`` with the table's pending instants (kept for :meth:`instant_by_begin_request`
+        or :meth:`instant_and_pending`). The read is sent right behind the lock, so it runs once
+        the lock is granted, on a snapshot of its own (read committed: one per statement)."""
+        self.cur.execute("SELECT * FROM coordinator_tables WHERE table_id = %s FOR UPDATE", (table_id,))
+        with self.cur.connection.cursor(row_factory=dict_row) as instants:
+            instants.execute(self._WITH_PENDING.format(column=column, pending=_PENDING), (table_id, value))
+            row = self.cur.fetchone()
+            rows = instants.fetchall()
+        if row is None:
+            return None
+        table = _table(row)
+        self._sequences[table_id] = table.last_sequence
+        self._changed()
+        self._prefetched[(table_id, column, value)] = rows
+        return table
+
     def table_by_path(self, base_path: str) -> TableRow | None:
         row = self._one("SELECT * FROM coordinator_tables WHERE base_path = %s", (base_path,))
         return _table(row) if row else None
@@ -249,24 +303,26 @@ class Tx:
 
     def insert_table(self, row: TableRow) -> bool:
         """Insert a table; False if its id or base path is taken (by a concurrent registration)."""
-        self.cur.execute(
-            """
+        return (
+            self._count(
+                """
             INSERT INTO coordinator_tables (table_id, base_path, table_name, table_type, concurrency_mode,
               heartbeat_timeout_ms, layout_version, timeline_path)
             VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING
             """,
-            (
-                row.table_id,
-                row.base_path,
-                row.table_name,
-                row.table_type,
-                row.concurrency_mode,
-                row.heartbeat_timeout_ms,
-                row.layout_version,
-                row.timeline_path,
-            ),
+                (
+                    row.table_id,
+                    row.base_path,
+                    row.table_name,
+                    row.table_type,
+                    row.concurrency_mode,
+                    row.heartbeat_timeout_ms,
+                    row.layout_version,
+                    row.timeline_path,
+                ),
+            )
+            == 1
         )
-        return self.cur.rowcount == 1
 
     # ------------------------------------------------------------------ instants
 
@@ -295,17 +351,18 @@ class Tx:
         Takes no row lock on the instant: its state only changes under the table's row lock."""
         return self._with_pending(table_id, "instant_time", time)
 
+    _WITH_PENDING = (
+        f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
+        "AND ({column} = %s OR {pending}) ORDER BY instant_time"
+    )
+
     def _with_pending(self, table_id: str, column: str, value: str) -> InstantRow | None:
         """The instant whose ``column`` is ``value``, and the table's pending instants (kept for
-        this transaction), in one query."""
-        rows = [
-            _instant(r)
-            for r in self._all(
-                f"SELECT {_INSTANT_COLUMNS} FROM instants WHERE table_id = %s "
-                f"AND ({column} = %s OR {_PENDING}) ORDER BY instant_time",
-                (table_id, value),
-            )
-        ]
+        this transaction), in one query (or read with the table's lock, :meth:`lock_table`)."""
+        found = self._prefetched.pop((table_id, column, value), None)
+        if found is None:
+            found = self._all(self._WITH_PENDING.format(column=column, pending=_PENDING), (table_id, value))
+        rows = [_instant(r) for r in found]
         self._pending[table_id] = [r for r in rows if r.pending]
         return next((r for r in rows if getattr(r, column) == value), None)
 
@@ -325,7 +382,7 @@ class Tx:
         begin_request_id: str | None = None,
         rollback_target: str | None = None,
     ) -> None:
-        self._pending.clear()
+        self._changed()
         self.cur.execute(
             """
             INSERT INTO instants (table_id, instant_time, action, state, writer_id, begin_request_id,
@@ -346,7 +403,7 @@ class Tx:
     ) -> None:
         """Insert a new requested instant and make its time the table's last issued one (one
         statement: one round trip while the table's row is locked)."""
-        self._pending.clear()
+        self._changed()
         self.cur.execute(
             """
             WITH issued AS (
@@ -370,7 +427,7 @@ class Tx:
     def set_inflight(
         self, table_id: str, time: str, planned: set[tuple[str, str]] | None, operation_type: str | None
     ) -> None:
-        self._pending.clear()
+        self._changed()
         self.cur.execute(
             """
             UPDATE instants SET state = 'INFLIGHT', heartbeat_at = clock_timestamp(), updated_at = clock_timestamp(),
@@ -407,7 +464,7 @@ class Tx:
         expected = self._sequences.get(table_id)
         if expected is None:
             raise RuntimeError(f"completing an instant of {table_id} without holding its row lock")
-        self._pending.clear()
+        self._changed()
         row = self._one(
             """
             WITH done AS (
@@ -457,7 +514,7 @@ class Tx:
         return expected + 1
 
     def set_rolled_back(self, table_id: str, time: str, by: str | None) -> None:
-        self._pending.clear()
+        self._changed()
         self.cur.execute(
             """
             UPDATE instants SET state = 'ROLLED_BACK', rolled_back_by = COALESCE(%s, rolled_back_by),
@@ -468,7 +525,7 @@ class Tx:
         )
 
     def set_rolling_back(self, table_id: str, time: str, by: str) -> None:
-        self._pending.clear()
+        self._changed()
         self.cur.execute(
             "UPDATE instants SET rolled_back_by = %s, updated_at = clock_timestamp() "
             "WHERE table_id = %s AND instant_time = %s",
@@ -477,7 +534,7 @@ class Tx:
 
     def claim(self, table_id: str, time: str, writer_id: str) -> None:
         """Make ``writer_id`` the owner of an instant and refresh its heartbeat (a takeover)."""
-        self._pending.clear()
+        self._changed()
         self.cur.execute(
             "UPDATE instants SET writer_id = %s, heartbeat_at = clock_timestamp() "
             "WHERE table_id = %s AND instant_time = %s",
@@ -486,16 +543,18 @@ class Tx:
 
     def heartbeat(self, table_id: str, time: str) -> bool:
         """Refresh the heartbeat of a pending instant that is not being rolled back."""
-        self._pending.clear()
-        self.cur.execute(
-            """
+        self._changed()
+        return (
+            self._count(
+                """
             UPDATE instants SET heartbeat_at = clock_timestamp()
             WHERE table_id = %s AND instant_time = %s AND state IN ('REQUESTED', 'INFLIGHT')
               AND rolled_back_by IS NULL
             """,
-            (table_id, time),
+                (table_id, time),
+            )
+            == 1
         )
-        return self.cur.rowcount == 1
 
     def expired_instants(self, write_actions: Sequence[str], rollback_action: str) -> list[tuple[str, str]]:
         """(table id, instant time) of pending writes not being rolled back, and pending rollbacks,
@@ -515,15 +574,14 @@ class Tx:
     def prune_instants(self, older_than_ms: int) -> int:
         """Forget completed and rolled-back instants last changed more than ``older_than_ms`` ago
         (their idempotency records; the timeline keeps the instants themselves)."""
-        self._pending.clear()
-        self.cur.execute(
+        self._changed()
+        return self._count(
             """
             DELETE FROM instants WHERE state IN ('COMPLETED', 'ROLLED_BACK')
               AND updated_at < clock_timestamp() - %s * interval '1 millisecond'
             """,
             (older_than_ms,),
         )
-        return self.cur.rowcount
 
     # ------------------------------------------------------------------ outbox
 
@@ -575,14 +633,27 @@ class Tx:
         )
 
     def delete_lease(self, table_id: str, lock_id: str) -> bool:
-        self.cur.execute("DELETE FROM table_locks WHERE table_id = %s AND lock_id = %s", (table_id, lock_id))
-        return self.cur.rowcount == 1
+        return (
+            self._count("DELETE FROM table_locks WHERE table_id = %s AND lock_id = %s", (table_id, lock_id))
+            == 1
+        )
 
     def delete_expired_leases(self) -> list[tuple[str, str]]:
         rows = self._all(
             "DELETE FROM table_locks WHERE expires_at < clock_timestamp() RETURNING table_id, owner"
         )
         return [(r["table_id"], r["owner"]) for r in rows]
+
+
+def _roll_back(conn: psycopg.Connection[Any]) -> None:
+    """End a failed transaction (out of pipeline mode); a connection that cannot roll back is
+    closed, so the pool replaces it."""
+    if conn.closed or conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error:
+        conn.close()
 
 
 class Store:
@@ -618,8 +689,20 @@ class Store:
         A database that cannot be reached raises :class:`Unavailable` (clients retry).
         """
         try:
-            with self.pool.connection() as conn, conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-                yield Tx(cur)
+            with self.pool.connection() as conn:
+                try:
+                    with conn.pipeline() as pipeline, conn.cursor(row_factory=dict_row) as cur:
+                        # BEGIN and COMMIT by hand: psycopg's transaction() syncs the pipeline on
+                        # entry and exit, a round trip each; here BEGIN travels with the first
+                        # statement whose result is read, COMMIT with the writes queued behind the
+                        # last one, in the pipeline's closing sync (which raises the first error of
+                        # what was queued: then nothing is committed)
+                        cur.execute("BEGIN")
+                        yield Tx(cur, pipeline)
+                        cur.execute("COMMIT")
+                except BaseException:
+                    _roll_back(conn)
+                    raise
         except PoolTimeout as e:
             raise Unavailable(f"the coordinator database is unavailable (no connection): {e}") from e
         except psycopg.OperationalError as e:
