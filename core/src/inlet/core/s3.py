@@ -81,6 +81,17 @@ class S3Config:
     )
 
 
+#: Hadoop S3A's names of the S3 options (what Apache Hudi on Spark reads from ``fs.s3a.*``)
+HADOOP_OPTIONS = {
+    "endpoint": "fs.s3a.endpoint",
+    "region": "fs.s3a.endpoint.region",
+    "access_key": "fs.s3a.access.key",
+    "secret_key": "fs.s3a.secret.key",
+    "session_token": "fs.s3a.session.token",
+    "path_style": "fs.s3a.path.style.access",
+}
+
+
 @dataclass(frozen=True)
 class S3Options:
     """Endpoint, region, credentials and addressing of an S3-compatible store."""
@@ -139,6 +150,28 @@ class S3Options:
         if self.path_style is not None:
             out[S3Config.PATH_STYLE.key] = str(self.path_style).lower()
         return out
+
+    def hadoop_options(self) -> dict[str, str]:
+        """These options under Hadoop S3A's names (:data:`HADOOP_OPTIONS`), as the Spark data source
+        takes them; the secret's key names match Spark's redaction pattern."""
+        values = {
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "access_key": self.access_key if self.secret_key else None,
+            "secret_key": self.secret_key if self.access_key else None,
+            "session_token": self.session_token,
+            "path_style": None if self.path_style is None else str(self.path_style).lower(),
+        }
+        return {HADOOP_OPTIONS[k]: v for k, v in values.items() if v}
+
+    def with_hadoop_options(self, options: Mapping[str, str]) -> S3Options:
+        """These options, overridden by the Hadoop S3A names given in ``options``."""
+        given = {k: str(options[name]) for k, name in HADOOP_OPTIONS.items() if options.get(name)}
+        if not given:
+            return self
+        path_style = given.pop("path_style", None)
+        out = replace(self, **given)  # type: ignore[arg-type]
+        return out if path_style is None else replace(out, path_style=parse_bool(path_style))
 
     @property
     def uses_path_style(self) -> bool:
