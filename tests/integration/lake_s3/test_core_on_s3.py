@@ -257,6 +257,34 @@ def test_local_lock_writers_are_refused_on_a_store_without_conditional_writes(
     assert not t.load_timeline().instants  # refused before anything was written
 
 
+def test_conditional_requests_take_credentials_from_a_profile(
+    s3_server: EmbeddedS3, s3_lake: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """No keys in the environment: pyarrow and the lock's conditional requests both find them in
+    ``AWS_PROFILE``'s section of the shared credentials file (the AWS default chain)."""
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    (tmp_path / "credentials").write_text(
+        f"[lake]\naws_access_key_id = {s3_server.access_key}\n"
+        f"aws_secret_access_key = {s3_server.secret_key}\n"
+        "[wrong]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n"
+    )
+    (tmp_path / "config").write_text("[profile lake]\nregion = us-east-1\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "lake")
+    assert S3Options.from_env().access_key is None
+    t = HudiTable.create(s3_lake, name="trips", record_key="id", ordering_field="ts")
+    t.write(trips([1, 2], ["sf", "ny"], 1, "a"), operation="insert")  # under the lock object
+    t.write(trips([2], ["ny"], 2, "b"), operation="upsert")
+    assert [(r["id"], r["name"]) for r in rows(HudiTable.open(s3_lake).read())] == [(1, "a-1"), (2, "b-2")]
+    assert not t.storage.exists(LOCK_PATH)
+    monkeypatch.setenv("AWS_PROFILE", "wrong")  # the profile's keys are the ones signing
+    with pytest.raises(OSError, match="HTTP 403"):
+        ConditionalS3(S3Options.from_env(), "lake").put_if_absent("x", b"1")
+
+
 def test_explicit_options_win_over_the_environment(
     s3_options: S3Options, s3_lake: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

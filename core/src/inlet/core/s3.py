@@ -4,13 +4,16 @@
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION`` /
 ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``) plus Inlet's own
 ``INLET_S3_PATH_STYLE``, or explicitly (the services' ``--s3-*`` flags write them into the
-environment with :meth:`S3Options.to_env`, so Spark's Python workers and subprocesses see them too).
+environment with :meth:`S3Options.to_env`, so subprocesses see them too). Spark executors get them
+with their tasks, not from their environment (see :mod:`inlet.core.spark.executors`).
 
 Object stores have no rename and no lock. A table's lock on S3 is an object created with
 ``If-None-Match: *`` and released with ``If-Match: <etag>`` (see :mod:`inlet.core.commit.locks`);
 pyarrow cannot send those headers, so :class:`ConditionalS3` signs the few conditional requests
-itself (AWS Signature V4). A store that ignores the headers is detected once per bucket
-(:meth:`ConditionalS3.supported`), and local-lock writers are then refused.
+itself (AWS Signature V4), with the options' keys or, without them, the AWS default credential chain
+(:func:`credentials`: a profile, container or instance role, web identity, as pyarrow finds them). A
+store that ignores the headers is detected once per bucket (:meth:`ConditionalS3.supported`), and
+local-lock writers are then refused.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import urllib.parse
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow.fs as pafs
 
@@ -79,6 +83,17 @@ class S3Config:
         parse_bool,
         doc="path-style requests (http://endpoint/bucket/key); default: true with an endpoint, else false",
     )
+
+
+#: Hadoop S3A's names of the S3 options (what Apache Hudi on Spark reads from ``fs.s3a.*``)
+HADOOP_OPTIONS = {
+    "endpoint": "fs.s3a.endpoint",
+    "region": "fs.s3a.endpoint.region",
+    "access_key": "fs.s3a.access.key",
+    "secret_key": "fs.s3a.secret.key",
+    "session_token": "fs.s3a.session.token",
+    "path_style": "fs.s3a.path.style.access",
+}
 
 
 @dataclass(frozen=True)
@@ -140,6 +155,28 @@ class S3Options:
             out[S3Config.PATH_STYLE.key] = str(self.path_style).lower()
         return out
 
+    def hadoop_options(self) -> dict[str, str]:
+        """These options under Hadoop S3A's names (:data:`HADOOP_OPTIONS`), as the Spark data source
+        takes them; the secret's key names match Spark's redaction pattern."""
+        values = {
+            "endpoint": self.endpoint,
+            "region": self.region,
+            "access_key": self.access_key if self.secret_key else None,
+            "secret_key": self.secret_key if self.access_key else None,
+            "session_token": self.session_token,
+            "path_style": None if self.path_style is None else str(self.path_style).lower(),
+        }
+        return {HADOOP_OPTIONS[k]: v for k, v in values.items() if v}
+
+    def with_hadoop_options(self, options: Mapping[str, str]) -> S3Options:
+        """These options, overridden by the Hadoop S3A names given in ``options``."""
+        given = {k: str(options[name]) for k, name in HADOOP_OPTIONS.items() if options.get(name)}
+        if not given:
+            return self
+        path_style = given.pop("path_style", None)
+        out = replace(self, **given)  # type: ignore[arg-type]
+        return out if path_style is None else replace(out, path_style=parse_bool(path_style))
+
     @property
     def uses_path_style(self) -> bool:
         return self.path_style if self.path_style is not None else self.endpoint is not None
@@ -183,6 +220,55 @@ class S3Options:
         return out
 
 
+# -- credentials -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Keys to sign one request with (temporary ones carry a session token)."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+
+_chain_guard = threading.Lock()
+_chains: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _default_chain() -> Any:
+    """botocore's credential provider chain for this environment (one per set of ``AWS_*``
+    variables, kept: temporary credentials are refreshed by it before they expire), or None."""
+    import botocore.session  # imported on first use: only S3 writers without explicit keys need it
+
+    env_key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    with _chain_guard:
+        if env_key not in _chains:
+            found = botocore.session.Session().get_credentials()
+            if found is None:
+                return None  # nothing found: looked for again next time
+            _chains[env_key] = found
+        return _chains[env_key]
+
+
+def credentials(options: S3Options) -> Credentials:
+    """The options' keys, else the AWS default credential chain, as the AWS SDK behind pyarrow's
+    S3 file system finds them: the environment, ``AWS_PROFILE`` in the shared credentials and config
+    files (``AWS_SHARED_CREDENTIALS_FILE``, ``AWS_CONFIG_FILE``; roles assumed and ``credential_process``
+    included), web identity (``AWS_WEB_IDENTITY_TOKEN_FILE`` + ``AWS_ROLE_ARN``), the container's
+    role (``AWS_CONTAINER_CREDENTIALS_*``) and the instance's role (IMDS)."""
+    if options.access_key and options.secret_key:
+        return Credentials(options.access_key, options.secret_key, options.session_token)
+    chain = _default_chain()
+    if chain is None:
+        raise InvalidConfigError(
+            "no S3 credentials: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile (AWS_PROFILE "
+            "and ~/.aws/credentials or ~/.aws/config), or run with a container or instance role"
+        )
+    frozen = chain.get_frozen_credentials()  # refreshed first if they are about to expire
+    return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
+
+
 # -- conditional requests ----------------------------------------------------------------------
 
 
@@ -198,17 +284,15 @@ class ConditionalS3:
 
     Only for the few small objects whose writes must be conditional (the table lock), and for deletes
     (pyarrow's also checks the object first and recreates its parent "directory" as an empty object);
-    everything else goes through pyarrow. Needs the credentials in the options (not a profile or instance role).
+    everything else goes through pyarrow. Signed with :func:`credentials` (the options' keys, or the
+    AWS default chain).
     """
 
     _probed: dict[tuple[str, str], bool] = {}
     _probe_guard = threading.Lock()
 
     def __init__(self, options: S3Options, bucket: str, counts: RequestCounts | None = None) -> None:
-        if not (options.access_key and options.secret_key):
-            raise InvalidConfigError(
-                "conditional S3 writes need the credentials in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
-            )
+        credentials(options)  # none anywhere: a clear error now, not a 403 later
         self.options = options
         self.bucket = bucket
         region = options.effective_region
@@ -228,9 +312,10 @@ class ConditionalS3:
         amz_date = now.strftime("%Y%m%dT%H%M%SZ")
         day = now.strftime("%Y%m%d")
         payload_hash = hashlib.sha256(body).hexdigest()
+        keys = credentials(self.options)
         h = {"host": self._host, "x-amz-date": amz_date, "x-amz-content-sha256": payload_hash}
-        if self.options.session_token:
-            h["x-amz-security-token"] = self.options.session_token
+        if keys.session_token:
+            h["x-amz-security-token"] = keys.session_token
         h.update({k.lower(): v for k, v in headers.items()})
         signed = sorted(h)
         canonical = "\n".join(
@@ -241,12 +326,12 @@ class ConditionalS3:
         to_sign = "\n".join(
             ["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()]
         )
-        k = ("AWS4" + (self.options.secret_key or "")).encode()
+        k = ("AWS4" + keys.secret_key).encode()
         for part in (day, region, "s3", "aws4_request"):
             k = hmac.new(k, part.encode(), hashlib.sha256).digest()
         signature = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
         h["authorization"] = (
-            f"AWS4-HMAC-SHA256 Credential={self.options.access_key}/{scope}, "
+            f"AWS4-HMAC-SHA256 Credential={keys.access_key}/{scope}, "
             f"SignedHeaders={';'.join(signed)}, Signature={signature}"
         )
         conn_cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection

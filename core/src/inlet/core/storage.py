@@ -152,7 +152,7 @@ class Storage:
             self.fs.create_dir(self.full(rel), recursive=True)
 
     def delete(self, rel: str, missing_ok: bool = True) -> None:
-        if self.s3 is not None and self.s3.access_key and missing_ok:
+        if self.s3 is not None and missing_ok:
             self.conditional().delete(self.object_key(rel))  # one request, no directory object
             return
         try:

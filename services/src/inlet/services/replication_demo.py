@@ -1,6 +1,6 @@
 """The main job, end to end: PostgreSQL changes replicated into Hudi tables, then proven equal.
 
-    python -m inlet.services.demo [--dir DIR] [--keep] [--engine local|spark] [--lake local|s3|s3://B/P]
+    python -m inlet.services.demo [--dir DIR] [--keep] [--engine local|spark] [--lake local|s3|s3://B/P] [--s3-endpoint URL]
 
 Brings the local stack up (``inlet stack up``: PostgreSQL, Debezium, Kafka, the CDC consumer, the
 writer and the commit coordinator as real processes), creates a small shop schema in PostgreSQL
@@ -13,7 +13,8 @@ row. A Kafka subscriber shows the commit events; then the stack goes down. Exits
 ``--lake s3`` (``make demo-s3``) puts the lake into the bucket ``lake`` of the stack's own SeaweedFS
 (``inlet stack up --lake s3``) and runs the same checks there, reading the tables over S3 with the
 endpoint and credentials the stack reports; ``--lake s3://BUCKET/PREFIX`` uses an external store
-(its endpoint and credentials from the usual ``AWS_*`` environment).
+(its credentials from the usual ``AWS_*`` environment or profile, its endpoint from ``--s3-endpoint``
+or ``AWS_ENDPOINT_URL_S3``; the ``--s3-*`` flags go on to ``inlet stack up``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import pyarrow as pa
 from inlet.core import HudiTable
 from inlet.core.errors import InletError
 from inlet.core.s3 import S3Options, is_s3_uri
+from inlet.services.cli.s3_options import add_s3_options, apply_s3_options
 
 TABLES = ("customers", "orders", "order_lines")
 SCHEMA_SQL = """
@@ -427,13 +429,15 @@ def show_catalog(uri: str, database: str, timeout_s: float = 60) -> None:
     raise DemoFailed(f"catalog sync registered {sorted(names)} in {hive_db}, expected {sorted(wanted)}")
 
 
-def run(directory: Path, engine: str, scale: int, lake_option: str = "local") -> None:
+def run(
+    directory: Path, engine: str, scale: int, lake_option: str = "local", s3_flags: Sequence[str] = ()
+) -> None:
     rng = random.Random(7)
     _heading(
         "1",
         f"Starting the stack in {directory} (PostgreSQL, Kafka, Debezium, coordinator, CDC consumer, writer)",
     )
-    up = ["stack", "up", "--dir", str(directory), "--engine", engine, "--lake", lake_option]
+    up = ["stack", "up", "--dir", str(directory), "--engine", engine, "--lake", lake_option, *s3_flags]
     addresses = json.loads(_inlet(*up).strip().splitlines()[-1])
     url = addresses["postgres"]["url"]
     lake = addresses["lake"]
@@ -445,7 +449,9 @@ def run(directory: Path, engine: str, scale: int, lake_option: str = "local") ->
         f"   kafka    {addresses['kafka']['bootstrap']}, coordinator {addresses['coordinator']['address']}, lake {lake}"
     )
     if is_s3_uri(lake):
-        endpoint = (addresses.get("s3") or {}).get("endpoint") or S3Options.from_env().endpoint or "AWS"
+        # the stack's own SeaweedFS (under s3) holds the lake only with --lake s3; else the broker's topics
+        own = (addresses.get("s3") or {}) if lake_option == "s3" else {}
+        endpoint = own.get("endpoint") or S3Options.from_env().endpoint or "AWS"
         _say(f"   the lake is on S3 ({endpoint}): every table is written and read over S3 requests")
     try:
         _heading("2", "Loading PostgreSQL; the lake follows (new tables are found, created and filled)")
@@ -507,12 +513,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="local",
         help="where the tables go: local (DIR/lake), s3 (the stack's own SeaweedFS, bucket `lake`; "
         "what `make demo-s3` runs) or s3://BUCKET/PREFIX (an external store; endpoint and credentials "
-        "from AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...)",
+        "from --s3-endpoint or AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...)",
     )
+    add_s3_options(parser)
     args = parser.parse_args(argv)
+    try:
+        apply_s3_options(args)  # this process reads the lake too
+    except InletError as e:
+        parser.error(str(e))
+    s3_flags = [
+        *(["--s3-endpoint", args.s3_endpoint] if args.s3_endpoint else []),
+        *(["--s3-region", args.s3_region] if args.s3_region else []),
+        *(
+            []
+            if args.s3_path_style is None
+            else ["--s3-path-style" if args.s3_path_style else "--no-s3-path-style"]
+        ),
+    ]
     directory = args.dir or Path(tempfile.mkdtemp(prefix="inlet-demo-"))
     try:
-        run(directory.resolve(), args.engine, args.scale, args.lake)
+        run(directory.resolve(), args.engine, args.scale, args.lake, s3_flags)
     except (DemoFailed, InletError, psycopg.Error, OSError, subprocess.TimeoutExpired) as e:
         print(f"demo: FAILED: {e}", file=sys.stderr)
         return 1

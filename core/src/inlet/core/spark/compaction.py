@@ -20,6 +20,7 @@ from inlet.core.actions.compaction_plan import CompactionOperation
 from inlet.core.actions.compaction_run import CompactionContext, OperationsRunner, compact_operation
 from inlet.core.commit.protocol import CommitProtocol
 from inlet.core.commit.result import CommitResult
+from inlet.core.s3 import S3Options
 from inlet.core.spark.tasks import maybe_crash, run_job, stat_json, stat_of, task_ids
 from inlet.core.storage import Storage
 from inlet.core.table.facade import HudiTable
@@ -31,14 +32,16 @@ CRASH_AT = "hoodie.inlet.spark.crash.at"  # fault injection (tests), as for writ
 
 def compact_one(
     base_uri: str,
+    s3: S3Options | None,
     ctx: CompactionContext,
     crash_at: str | None,
     item: tuple[int, CompactionOperation],
 ) -> str:
-    """Executor: compact one operation; its write stat as JSON."""
+    """Executor: compact one operation; its write stat as JSON. ``s3``: the driver's store options
+    (the executor's environment is not read)."""
     index, op = item
     _, stage, attempt_id, _ = task_ids()
-    stat = compact_operation(Storage(base_uri), ctx, op, index, attempt=attempt_id, stage_id=stage)
+    stat = compact_operation(Storage(base_uri, s3=s3), ctx, op, index, attempt=attempt_id, stage_id=stage)
     maybe_crash(crash_at, faults.AFTER_DATA_FILES, index == 0)
     return stat_json(stat)
 
@@ -55,7 +58,10 @@ def spark_runner(spark: SparkSession, crash_at: str | None) -> OperationsRunner:
             return []
         items = list(enumerate(operations))
         rdd = spark.sparkContext.parallelize(items, len(items))
-        stats = run_job("compacting", rdd.map(partial(compact_one, table.base_path, ctx, crash_at)).collect)
+        stats = run_job(
+            "compacting",
+            rdd.map(partial(compact_one, table.base_path, table.storage.s3, ctx, crash_at)).collect,
+        )
         return [stat_of(s) for s in stats]
 
     return run_operations

@@ -45,6 +45,12 @@ Reading (the driver plans from metadata, executors read):
   ``append_only`` (:mod:`inlet.core.read.net_changes`); all but ``latest_state`` are computed in
   one task and take no filters.
 
+Tables on S3 (``s3://``): the store is taken from the Hadoop S3A options ``fs.s3a.endpoint``,
+``fs.s3a.endpoint.region``, ``fs.s3a.access.key``, ``fs.s3a.secret.key``, ``fs.s3a.session.token``
+and ``fs.s3a.path.style.access`` over the environment of the worker that plans the query, and the
+result travels with the plan and the writer to the executors (which read no environment for it).
+:func:`read` passes the calling process's own store options that way.
+
 Writing (``df.write.format("hudi")``): a Python data source's writer gets each task's rows
 separately and one ``commit()`` on the driver, with no shuffle in between, so only writes that
 need no global view of the data are done here:
@@ -97,6 +103,7 @@ from inlet.core.read.incremental import IncrementalPlan, plan_incremental, read_
 from inlet.core.read.net_changes import net_change_schema
 from inlet.core.read.options import ChangeFormat, Filter, QueryType, ReadOptions
 from inlet.core.read.snapshot import ReadPlan, filter_expression, plan_read, read_slice
+from inlet.core.s3 import S3Options, is_s3_uri
 from inlet.core.schema import evolve, to_avro_schema
 from inlet.core.spark import types as spark_types
 from inlet.core.table.facade import HudiTable
@@ -145,9 +152,18 @@ def _path(options: Mapping[str, str]) -> str:
     return str(path)
 
 
-def _open(path: str) -> HudiTable:
+def _s3(path: str, options: Mapping[str, str]) -> S3Options | None:
+    """The store of an ``s3://`` table: the Hadoop S3A options given (``fs.s3a.endpoint``, ...) over
+    the environment of the process that plans the query. Resolved once on the driver side and
+    shipped with the plan, so executors on other machines reach the same store."""
+    if not is_s3_uri(path):
+        return None
+    return S3Options.from_env().with_hadoop_options(options)
+
+
+def _open(path: str, s3: S3Options | None = None) -> HudiTable:
     try:
-        return HudiTable.open(path)
+        return HudiTable.open(path, s3=s3)
     except TableNotFoundError:
         raise
     except FileNotFoundError as e:
@@ -165,6 +181,7 @@ class SparkRead:
     path: str
     read: ReadOptions
     pushdown: bool = False
+    s3: S3Options | None = None  # the store of an s3:// table (see _s3)
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> SparkRead:
@@ -173,8 +190,9 @@ class SparkRead:
             raise InvalidInputError(f"an incremental query needs {BEGIN_INSTANT} (000 reads from the start)")
         as_of = options.get(AS_OF)
         cols = options.get(COLUMNS_OPTION)
+        path = _path(options)
         return SparkRead(
-            _path(options),
+            path,
             ReadOptions.of(
                 qt,
                 as_of=_as_of_instant(str(as_of)) if as_of else None,
@@ -186,6 +204,7 @@ class SparkRead:
                 change_format=str(options.get(INCREMENTAL_FORMAT) or ChangeFormat.LATEST_STATE.value),
             ),
             _flag(options, PUSHDOWN_OPTION, False),
+            _s3(path, options),
         )
 
     @property
@@ -227,7 +246,7 @@ Planned = ReadPlan | IncrementalPlan | None  # None: a net change query, planned
 
 def table_schema(opts: SparkRead, filters: Sequence[Filter] = ()) -> tuple[Planned, StructType]:
     """The read plan (driver side) and the Spark schema of its rows."""
-    table = _open(opts.path)
+    table = _open(opts.path, opts.s3)
     r = opts.read
     columns = list(r.columns) if r.columns is not None else None
     if r.range is not None and opts.net_changes:
@@ -253,11 +272,14 @@ def table_schema(opts: SparkRead, filters: Sequence[Filter] = ()) -> tuple[Plann
 class SlicePartition(InputPartition):
     """One file slice to read, with the (small) plan it belongs to."""
 
-    def __init__(self, plan: ReadPlan | IncrementalPlan, file_slice: FileSlice, path: str) -> None:
+    def __init__(
+        self, plan: ReadPlan | IncrementalPlan, file_slice: FileSlice, path: str, s3: S3Options | None
+    ) -> None:
         super().__init__(f"{file_slice.partition}/{file_slice.file_id}@{file_slice.base_instant}")
         self.plan = plan
         self.file_slice = file_slice
         self.path = path
+        self.s3 = s3
 
 
 class ChangesPartition(InputPartition):
@@ -317,10 +339,13 @@ class HudiReader(DataSourceReader):
         planned, _ = table_schema(opts, self.filters)
         if isinstance(planned, IncrementalPlan):
             shared_increment = dataclasses.replace(planned, plan=dataclasses.replace(planned.plan, slices=[]))
-            return [SlicePartition(shared_increment, fs, self.opts.path) for fs in planned.plan.slices]
+            return [
+                SlicePartition(shared_increment, fs, self.opts.path, self.opts.s3)
+                for fs in planned.plan.slices
+            ]
         assert planned is not None
         shared = dataclasses.replace(planned, slices=[])
-        return [SlicePartition(shared, fs, self.opts.path) for fs in planned.slices]
+        return [SlicePartition(shared, fs, self.opts.path, self.opts.s3) for fs in planned.slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         target = spark_types.to_arrow_schema(self.schema)
@@ -333,12 +358,12 @@ def _read_partition(partition: InputPartition) -> Iterator[pa.Table]:
     if isinstance(partition, ChangesPartition):
         r = partition.opts.read
         assert r.range is not None
-        changes = _open(partition.opts.path).read_changes(
+        changes = _open(partition.opts.path, partition.opts.s3).read_changes(
             r.range.begin, r.range.end, r.columns, meta_columns=r.meta_columns, format=r.change_format
         )
         yield changes.table
     elif isinstance(partition, SlicePartition):
-        table = _open(partition.path)
+        table = _open(partition.path, partition.s3)
         if isinstance(partition.plan, IncrementalPlan):
             yield from read_incremental_slice(table, partition.plan, partition.file_slice)
         else:
@@ -408,7 +433,10 @@ def register(spark: SparkSession) -> None:
 def read(spark: SparkSession, path: str, options: Mapping[str, str] | None = None) -> DataFrame:
     """``spark.read.format("hudi").options(**options).load(path)`` (registering the format first)."""
     register(spark)
-    return spark.read.format("hudi").options(**dict(options or {})).load(path)
+    opts = dict(options or {})
+    if is_s3_uri(path):  # this process's store options travel with the query (see _s3)
+        opts = S3Options.from_env().with_hadoop_options(opts).hadoop_options() | opts
+    return spark.read.format("hudi").options(**opts).load(path)
 
 
 # ---------------------------------------------------------------------------------- writing
@@ -475,6 +503,7 @@ class HudiWriter(DataSourceArrowWriter):
         self.instant = instant
         self.schema = schema
         self.avro_schema = avro_schema
+        self.s3 = _s3(path, options)
 
     @staticmethod
     def check(table: HudiTable, options: Mapping[str, str], overwrite: bool) -> WriteOperation:
@@ -506,7 +535,7 @@ class HudiWriter(DataSourceArrowWriter):
         """Driver side: check, decide the schema, start the instant (requested, inflight, lease)."""
         path = _path(options)
         try:
-            table = _open(path)
+            table = _open(path, _s3(path, options))
         except TableNotFoundError as e:
             raise TableNotFoundError(
                 f"no Hudi table at {path}: df.write.format('hudi') writes into existing tables; "
@@ -540,7 +569,7 @@ class HudiWriter(DataSourceArrowWriter):
         batches = list(iterator)
         if not batches or sum(b.num_rows for b in batches) == 0:
             return FilesWritten()
-        table = _open(self.path)
+        table = _open(self.path, self.s3)
         with self._lease(table):
             data = pa.Table.from_batches(batches)
             prepared = prepare(table, table.snapshot().schema, data, self.operation, self.options)
@@ -566,6 +595,7 @@ class HudiWriter(DataSourceArrowWriter):
                 populate_meta_fields=table.populate_meta_fields,
                 compression=WriteConfig.PARQUET_COMPRESSION.require(self.options),
                 table_merge_mode=table.merge_mode,
+                s3=table.storage.s3,
             )
             per_file = max(
                 1,
@@ -587,7 +617,7 @@ class HudiWriter(DataSourceArrowWriter):
     # ------------------------------------------------------------------ driver
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        table = _open(self.path)
+        table = _open(self.path, self.s3)
         pending = self._pending(table)
         with pending.guard(lambda instant: rollback(table, instant)):
             metadata = CommitMetadata(operation_type=self.operation.value)
@@ -601,7 +631,7 @@ class HudiWriter(DataSourceArrowWriter):
             pending.complete(metadata)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        table = _open(self.path)
+        table = _open(self.path, self.s3)
         self._pending(table).abort(lambda instant: rollback(table, instant))
 
     def _pending(self, table: HudiTable) -> PendingInstant:

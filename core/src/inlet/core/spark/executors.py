@@ -20,6 +20,7 @@ from inlet.core.index.bucket import bucket_ids
 from inlet.core.index.simple import LOG_KEYS, stored_record_keys
 from inlet.core.keys import KeyGenerator
 from inlet.core.merge import dedupe as merging
+from inlet.core.s3 import S3Options
 from inlet.core.schema import cast_to
 from inlet.core.spark import types as spark_types
 from inlet.core.spark.plan import GroupSpec, bucket_spec
@@ -83,6 +84,7 @@ class SliceKeySpec:
     key_generator: KeyGenerator
     populate_meta_fields: bool
     committed: CommittedInstants
+    s3: S3Options | None = None  # the driver's store options (see WriteContext.s3)
 
 
 SLICE_SCHEMA = T.StructType(
@@ -107,7 +109,7 @@ _STORED_ARROW = pa.schema([(KEY, pa.string()), (PARTITION, pa.string()), (TAGGED
 def slice_keys(spec: SliceKeySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: the record keys of file slices (one input row per slice: its base file
     when its keys cannot be read by Spark, and its log files), as (key, partition, file id)."""
-    storage = Storage(spec.base_uri)
+    storage = Storage(spec.base_uri, s3=spec.s3)
     blocks = BlockFilter(spec.committed)
     for batch in batches:
         for row in batch.to_pylist():  # one row per file slice: metadata, not data
@@ -169,7 +171,7 @@ def write_group(job: GroupJob, table: pa.Table) -> pa.Table:
         tagged=spec.tagged,
     )
     _, stage, attempt_id, _ = task_ids()
-    storage = Storage(job.ctx.base_uri)
+    storage = job.ctx.storage()
     write = write_log_group if spec.log else write_file_group
     stat = write(storage, job.ctx, fg, spec.index, attempt=attempt_id, stage_id=stage)
     maybe_crash(job.crash_at, faults.AFTER_DATA_FILES, spec.index == 0)
@@ -197,7 +199,7 @@ def write_bulk(job: BulkJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.R
     writes new base files for the rows it holds, per partition path in arrival order, a new file
     every ``per_file`` records (Hudi's bulk-insert handles); one stat row per file."""
     pid, stage, attempt_id, _ = task_ids()
-    storage = Storage(job.ctx.base_uri)
+    storage = job.ctx.storage()
     buffers: dict[str, list[pa.Table]] = {}
     counts: dict[str, int] = {}
     written = 0
@@ -261,7 +263,7 @@ def write_buckets(job: BucketJob, batches: Iterator[pa.RecordBatch]) -> Iterator
     data = data.take(
         pc.sort_indices(data, [(PARTITION, "ascending"), (BUCKET, "ascending"), (SEQ, "ascending")])
     )
-    storage = Storage(ctx.base_uri)
+    storage = ctx.storage()
     out_schema = pa.schema([("partition", pa.string()), ("stat", pa.string())])
     partitions: set[str] = set()
     written = 0

@@ -269,7 +269,11 @@ def stored_keys(
     if not rows:
         return None
     spec = SliceKeySpec(
-        table.base_path, table.key_generator, table.populate_meta_fields, CommittedInstants.of(view)
+        table.base_path,
+        table.key_generator,
+        table.populate_meta_fields,
+        CommittedInstants.of(view),
+        table.storage.s3,
     )
     slices = spark.createDataFrame(rows, SLICE_SCHEMA)
     # the partitions list is as long as the table has partitions (not data): broadcast is fine

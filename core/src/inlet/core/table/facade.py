@@ -42,6 +42,7 @@ from inlet.core.read.incremental import Changes, instant_window, read_incrementa
 from inlet.core.read.net_changes import read_append_only, read_min_delta
 from inlet.core.read.options import ChangeFormat, QueryType
 from inlet.core.read.snapshot import read_table
+from inlet.core.s3 import S3Options
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
 from inlet.core.table.handle import TableHandle
@@ -79,8 +80,10 @@ class HudiTable(TableHandle):
         path: str,
         filesystem: pafs.FileSystem | None = None,
         commit_protocol: CommitProtocol | None = None,
+        s3: S3Options | None = None,
     ) -> HudiTable:
-        storage = Storage(path, filesystem)
+        """The table at ``path``; ``s3``: the store of an ``s3://`` path (default: the AWS environment)."""
+        storage = Storage(path, filesystem, s3=s3)
         return cls(storage, props_io.read_properties(storage), commit_protocol)
 
     @classmethod

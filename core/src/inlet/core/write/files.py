@@ -25,6 +25,7 @@ from inlet.core.keys import KeyGenerator
 from inlet.core.log import writer as logs
 from inlet.core.merge import dedupe as merging
 from inlet.core.merge.log_events import marker_mask
+from inlet.core.s3 import S3Options
 from inlet.core.schema import (
     META_COLUMNS,
     cast_to,
@@ -60,6 +61,13 @@ class WriteContext:
     # the partial-update placeholder (Debezium's unchanged TOAST value): an incoming string or bytes
     # value equal to it takes the value of the stored record it replaces (None: no partial updates)
     unavailable_value: str | None = None
+    # where the table's store is when it is on S3 (endpoint, region, credentials, addressing), so an
+    # executor on another machine reaches the store the driver writes to, whatever its environment
+    s3: S3Options | None = None
+
+    def storage(self) -> Storage:
+        """The table's storage, as the driver reaches it (an executor's own environment is not read)."""
+        return Storage(self.base_uri, s3=self.s3)
 
 
 def _meta(n: int, value: str) -> pa.Array:

@@ -101,6 +101,7 @@ def write_context(
         cdc_mode=table.meta.cdc_mode if table.meta.table_type is TableType.COPY_ON_WRITE else None,
         # Copy-on-Write merges fill the placeholder as Merge-on-Read reads and compactions do
         unavailable_value=merge_config(table).unavailable_value,
+        s3=table.storage.s3,
     )
 
 

@@ -3,8 +3,9 @@
 Every command takes them (before or after its name). They are written into this process's
 environment as the variables :class:`inlet.core.s3.S3Options` reads (``AWS_ENDPOINT_URL_S3``,
 ``AWS_REGION``, ``INLET_S3_PATH_STYLE``), so everything the command starts (Spark's Python workers,
-subprocesses) reaches the same store. Credentials come from ``AWS_ACCESS_KEY_ID`` /
-``AWS_SECRET_ACCESS_KEY`` (never a flag: flags show in process listings).
+subprocesses) reaches the same store; Spark executors get them with their tasks. Credentials come
+from ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` or the AWS default chain (a profile, an
+instance or container role); never a flag: flags show in process listings.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def add_s3_options(parser: Any, suppress: bool = False) -> None:
         default=default,
         help="S3 endpoint of an S3-compatible store, e.g. http://127.0.0.1:8333 (default: AWS) "
         f"[env: {S3Config.ENDPOINT.key} or {S3Config.ENDPOINT.alternatives[0]}]; credentials from "
-        f"{S3Config.ACCESS_KEY.key} and {S3Config.SECRET_KEY.key}",
+        f"{S3Config.ACCESS_KEY.key} and {S3Config.SECRET_KEY.key} or a profile (AWS_PROFILE)",
     )
     g.add_argument(
         "--s3-region",

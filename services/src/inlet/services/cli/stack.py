@@ -26,6 +26,7 @@ import psycopg
 from inlet.core.errors import InletError
 from inlet.core.s3 import is_s3_uri, split_s3_uri
 from inlet.services.cli.errors import CliError, UsageError
+from inlet.services.cli.s3_options import add_s3_options
 from inlet.services.extras import require
 from inlet.services.runtime import Setting, SettingsError, StopSignal, add_arguments, resolve
 from inlet.services.stack import source
@@ -499,6 +500,7 @@ def add_stack_commands(subparsers: Any) -> None:
         formatter_class=_formatter,
     )
     add_arguments(up, UP_SETTINGS, ENV_PREFIX)
+    add_s3_options(up, suppress=True)  # an external --lake s3://...: its endpoint, for every component
     up.set_defaults(handler=cmd_up)
     down = sub.add_parser("down", help="stop the stack; its data stays in --dir", formatter_class=_formatter)
     add_arguments(down, (DIR_SETTING,), ENV_PREFIX)
