@@ -202,3 +202,17 @@ def test_a_database_error_in_a_batch_fails_its_call_alone(
 
     with psycopg.connect(pg_url) as conn:
         assert [r[0] for r in conn.execute("SELECT v FROM scratch ORDER BY v")] == [1, 3, 4, 6]
+
+
+def test_a_read_in_a_pipelined_transaction_gets_its_own_rows(store: Store) -> None:
+    """Statements whose results nobody reads are sent ahead on the transaction's cursor; a read
+    behind them must get its own rows, never an earlier statement's (CI caught ``migrate`` reading
+    the advisory lock's row as the schema version on a coordinator's restart)."""
+    for n in range(50):  # the mix-up depended on when the earlier results arrived
+        with store.transaction() as tx:
+            tx.cur.execute("SELECT pg_advisory_xact_lock(%s)", (n,))
+            tx.cur.execute("SELECT 'not read' AS other")
+            tx.cur.execute("CREATE TABLE IF NOT EXISTS schema_version (version INT PRIMARY KEY)")  # a notice
+            assert tx._one("SELECT %s::int AS v", (n,)) == {"v": n}
+            assert tx._all("SELECT g AS v FROM generate_series(1, 2) g") == [{"v": 1}, {"v": 2}]
+            assert tx._count("UPDATE schema_version SET version = version WHERE false") == 0

@@ -244,20 +244,30 @@ class Tx:
             raise
         self.cur.execute("RELEASE SAVEPOINT call")
 
+    def _reader(self) -> psycopg.Cursor[dict[str, Any]]:
+        """A cursor of its own for a statement whose result is read. In pipeline mode the results of
+        statements sent on one cursor queue up on it, so a fetch from :attr:`cur` could return the
+        rows of an earlier statement whose result nobody read (seen: the advisory lock's row where
+        the schema version was expected)."""
+        return self.cur.connection.cursor(row_factory=dict_row)
+
     def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> dict[str, Any] | None:
-        self.cur.execute(sql, params)
-        return self.cur.fetchone()
+        with self._reader() as cur:
+            cur.execute(sql, params)
+            return cur.fetchone()
 
     def _all(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        self.cur.execute(sql, params)
-        return self.cur.fetchall()
+        with self._reader() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
 
     def _count(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a write and return the number of rows it changed (waits for its result)."""
-        self.cur.execute(sql, params)
-        if self.pipeline is not None:
-            self.pipeline.sync()
-        return self.cur.rowcount
+        with self._reader() as cur:
+            cur.execute(sql, params)
+            if self.pipeline is not None:
+                self.pipeline.sync()
+            return cur.rowcount
 
     def now_ms(self) -> int:
         row = self._one("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint AS ms")
@@ -281,10 +291,10 @@ class Tx:
         is ``value`` with the table's pending instants (kept for :meth:`instant_by_begin_request`
         or :meth:`instant_and_pending`). The read is sent right behind the lock, so it runs once
         the lock is granted, on a snapshot of its own (read committed: one per statement)."""
-        self.cur.execute("SELECT * FROM coordinator_tables WHERE table_id = %s FOR UPDATE", (table_id,))
-        with self.cur.connection.cursor(row_factory=dict_row) as instants:
+        with self._reader() as lock, self._reader() as instants:
+            lock.execute("SELECT * FROM coordinator_tables WHERE table_id = %s FOR UPDATE", (table_id,))
             instants.execute(self._WITH_PENDING.format(column=column, pending=_PENDING), (table_id, value))
-            row = self.cur.fetchone()
+            row = lock.fetchone()
             rows = instants.fetchall()
         if row is None:
             return None
