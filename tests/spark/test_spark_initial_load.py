@@ -14,11 +14,11 @@ from typing import Any
 import psycopg
 import pytest
 from pyspark.sql import SparkSession
+from support.loads import lake_rows, load, table_path
 
 from inlet.core import HudiTable
 from inlet.services.coordinator.config import CoordinatorConfig
 from inlet.services.coordinator.server import RunningServer, serve
-from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.writer import initial_load, spark_load
 from inlet.services.writer.load_ranges import PageRange, read_progress
 
@@ -62,30 +62,8 @@ def _fill(url: str, table: str, rows: int) -> None:
 def _load(
     spark: SparkSession, url: str, coordinator: RunningServer, lake: Path, slot: str, **kw: Any
 ) -> initial_load.LoadSummary:
-    with CoordinatorClient(coordinator.address) as client:
-        return initial_load.load(
-            url,
-            ["public.src_*"],
-            client=client,
-            lake_root=str(lake),
-            topic_prefix="srv",
-            slot=slot,
-            publication=slot + "_pub",
-            options=initial_load.LoadOptions(pages_per_range=8),
-            spark=spark,
-            **kw,
-        )
-
-
-def _table(url: str, lake: Path, name: str) -> Path:
-    return lake / str(psycopg.conninfo.conninfo_to_dict(url)["dbname"]) / "public" / name
-
-
-def _lake_rows(path: Path) -> dict[int, str]:
-    got = HudiTable.open(str(path)).read(columns=["id", "v"], meta_columns=False)
-    ids = got.column("id").to_pylist()
-    assert len(ids) == len(set(ids))
-    return dict(zip(ids, got.column("v").to_pylist(), strict=True))
+    options = initial_load.LoadOptions(pages_per_range=8)
+    return load(url, coordinator.address, lake, slot, options=options, spark=spark, **kw)
 
 
 def _committed_ranges(path: Path) -> list[list[PageRange]]:
@@ -128,8 +106,8 @@ def test_ranges_are_spark_tasks_in_the_snapshot_and_each_wave_commits_its_ranges
     summary = _load(spark, pg_url, coordinator, lake, slot, progress_path=progress)
     [result] = summary.loaded
     assert result.rows == 3000 and result.ranges > 4
-    path = _table(pg_url, lake, "src_spark")
-    assert _lake_rows(path) == {i: f"v{i}" for i in range(1, 3001)}
+    path = table_path(pg_url, lake, "src_spark")
+    assert lake_rows(path) == {i: f"v{i}" for i in range(1, 3001)}
     commits = _committed_ranges(path)
     # a wave of spark.default.parallelism (4) ranges per commit, disjoint, covering the table
     assert len(waves) == len(commits) >= 2 and all(len(c) <= 4 for c in commits)
@@ -161,7 +139,7 @@ def test_a_spark_load_that_failed_after_a_wave_resumes_from_the_ranges_left(
     monkeypatch.setattr(spark_load, "write_wave", driver_dies_at_the_second_wave)
     with pytest.raises(RuntimeError, match="the driver died"):
         _load(spark, pg_url, coordinator, lake, slot)
-    path = _table(pg_url, lake, "src_spark_resume")
+    path = table_path(pg_url, lake, "src_spark_resume")
     [first] = _committed_ranges(path)
     assert len(first) == 4
 
@@ -169,6 +147,6 @@ def test_a_spark_load_that_failed_after_a_wave_resumes_from_the_ranges_left(
     summary = _load(spark, pg_url, coordinator, lake, slot, resume=True)
     [result] = summary.loaded
     assert result.ranges_done_before == 4 and result.rows < 3000  # the first wave was not read again
-    assert _lake_rows(path) == {i: f"v{i}" for i in range(1, 3001)}
+    assert lake_rows(path) == {i: f"v{i}" for i in range(1, 3001)}
     commits = _committed_ranges(path)
     assert commits[0] == first and not set(first) & {r for c in commits[1:] for r in c}

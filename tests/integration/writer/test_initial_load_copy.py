@@ -18,30 +18,18 @@ from typing import Any
 import psycopg
 import pytest
 from support.edge_values import EDGE_STORED, edge_ddl, edge_rows, nan_text
+from support.loads import load
 
 from inlet.core import HudiTable
 from inlet.core.faults import CRASH_EXIT_CODE
 from inlet.services.cdc_consumer import PostgresCatalog
 from inlet.services.coordinator.server import RunningServer
-from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.writer import initial_load
 from inlet.services.writer.rows import table_rows
 
 
 def _load(pg_url: str, coordinator: RunningServer, lake: Path, slot: str) -> initial_load.LoadSummary:
-    client = CoordinatorClient(coordinator.address)
-    try:
-        return initial_load.load(
-            pg_url,
-            ["public.src_*"],
-            client=client,
-            lake_root=str(lake),
-            topic_prefix="srv",
-            slot=slot,
-            publication=slot + "_pub",
-        )
-    finally:
-        client.close()
+    return load(pg_url, coordinator.address, lake, slot)
 
 
 def _drop_slot(url: str, slot: str) -> None:

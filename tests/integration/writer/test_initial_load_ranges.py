@@ -18,11 +18,11 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 import pytest
+from support.loads import lake_rows, load
 
 from inlet.core import HudiTable
 from inlet.core.faults import CRASH_EXIT_CODE
 from inlet.services.coordinator.server import RunningServer
-from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.writer import initial_load
 from inlet.services.writer.load_ranges import PageRange, covers_all, read_progress
 
@@ -54,26 +54,15 @@ def _load(
     progress_path: Path | None = None,
     **options: Any,
 ) -> initial_load.LoadSummary:
-    with CoordinatorClient(coordinator.address) as client:
-        return initial_load.load(
-            url,
-            ["public.src_*"],
-            client=client,
-            lake_root=str(lake),
-            topic_prefix="srv",
-            slot=slot,
-            publication=slot + "_pub",
-            resume=resume,
-            options=initial_load.LoadOptions(**options),
-            progress_path=progress_path,
-        )
-
-
-def _lake_rows(path: Path) -> dict[int, str]:
-    got = HudiTable.open(str(path)).read(columns=["id", "v"], meta_columns=False)
-    ids = got.column("id").to_pylist()
-    assert len(ids) == len(set(ids))
-    return dict(zip(ids, got.column("v").to_pylist(), strict=True))
+    return load(
+        url,
+        coordinator.address,
+        lake,
+        slot,
+        resume=resume,
+        options=initial_load.LoadOptions(**options),
+        progress_path=progress_path,
+    )
 
 
 def _load_commits(path: Path) -> list[tuple[dict[str, str], int]]:
@@ -101,7 +90,7 @@ def test_a_table_split_into_ranges_loads_each_row_once(
     assert (done["state"], done["rows"], done["eta_s"]) == ("loaded", 3000, 0.0)
     assert done["pages_done"] == done["pages"] > 20
     path = lake / dbname / "public" / "src_split"
-    assert _lake_rows(path) == {i: f"v{i}" for i in range(1, 3001)}
+    assert lake_rows(path) == {i: f"v{i}" for i in range(1, 3001)}
     commits = _load_commits(path)
     # one commit per range with rows, every record written once, ranges disjoint and covering the table
     assert sum(written for _, written in commits) == 3000
@@ -135,7 +124,7 @@ def test_ranges_read_the_exported_snapshot_not_changes_made_while_loading(
     summary = _load(pg_url, coordinator, lake, slot, workers=1, pages_per_range=2)
     assert len(calls) > 5
     assert summary.loaded[0].rows == 3000
-    assert _lake_rows(lake / dbname / "public" / "src_moving") == {i: f"v{i}" for i in range(1, 3001)}
+    assert lake_rows(lake / dbname / "public" / "src_moving") == {i: f"v{i}" for i in range(1, 3001)}
 
 
 def test_a_load_killed_midway_resumes_from_the_ranges_left(
@@ -173,7 +162,7 @@ def test_a_load_killed_midway_resumes_from_the_ranges_left(
     assert sum(written for _, written in commits[1:]) == 3000 - first_rows - 1 + 1
     assert covers_all(PageRange.parse(extra[initial_load.LOAD_RANGE_KEY]) for extra, _ in commits)
     expected = {i: f"v{i}" for i in range(1, 3001) if i != 2900} | {1: "changed"}
-    assert _lake_rows(path) == expected  # each key once; row 1's two copies merged, the newer wins
+    assert lake_rows(path) == expected  # each key once; row 1's two copies merged, the newer wins
 
     again = _load(pg_url, coordinator, lake, slot, resume=True, workers=1, pages_per_range=4)
     assert [(r.rows, r.ranges) for r in again.loaded] == [(0, 0)]  # all done: nothing read again
@@ -210,7 +199,7 @@ def test_a_value_refused_in_a_later_range_clears_the_ranges_committed_and_leaves
     path = lake / _dbname(pg_url) / "public" / "src_late_bad"
     commits = _load_commits(path)
     assert len(commits) > 1  # ranges were committed before the refusal...
-    assert _lake_rows(path) == {}  # ...and cleared: Debezium's snapshot loads the table
+    assert lake_rows(path) == {}  # ...and cleared: Debezium's snapshot loads the table
 
 
 def test_a_partitioned_table_splits_by_its_largest_partition(
@@ -224,6 +213,4 @@ def test_a_partitioned_table_splits_by_its_largest_partition(
     summary = _load(pg_url, coordinator, lake, slot, workers=2, pages_per_range=4)
     [result] = summary.loaded
     assert result.rows == 4000 and result.ranges > 3  # pages of the larger partition
-    assert _lake_rows(lake / _dbname(pg_url) / "public" / "src_parted") == {
-        i: f"v{i}" for i in range(1, 4001)
-    }
+    assert lake_rows(lake / _dbname(pg_url) / "public" / "src_parted") == {i: f"v{i}" for i in range(1, 4001)}
