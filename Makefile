@@ -60,9 +60,11 @@ docs: install
 proto: install
 	$(VENV)/bin/python proto/generate.py
 
-# Two workers (this machine's cores); every test module is one work unit, the Spark tests and the
-# whole-stack tests one each (tests/conftest.py), handed out longest first.
-PYTEST_WORKERS ?= 2
+# Three workers on this machine's two cores: most tests spend their time waiting for servers they
+# started (a run with two workers kept the load average at 2-4), so a third overlaps the waits: 15.5
+# instead of 19.5 minutes for the same tests. Every test module is one work unit, the Spark tests and
+# the whole-stack tests one each (tests/conftest.py), handed out longest first.
+PYTEST_WORKERS ?= 3
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --no-loadscope-reorder
 PYTEST_ARGS ?=
 

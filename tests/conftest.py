@@ -24,7 +24,7 @@ port, and are stopped (no process left) at the end of the session.
 Every ``conftest.py`` is imported as the module ``conftest``: import helpers from ``inlet`` packages,
 not from here.
 
-Parallel runs (``make test`` runs ``pytest -n 2``): a work unit is a test module, or a group of them
+Parallel runs (``make test`` runs ``pytest -n 3``): a work unit is a test module, or a group of them
 that shares a session-scoped component (:data:`_GROUPS`, :func:`pytest_xdist_make_scheduler`), so
 module-scoped components start once. Session fixtures start once per worker.
 
