@@ -22,7 +22,10 @@ What is measured, for 1, 8 and 32 concurrent clients (``--clients``) on 1 table 
 - ``lock grpc``: AcquireLock (waiting up to 30 s for the holder) then ReleaseLock; the acquire
   latency includes the wait for other clients' leases.
 
-Throughput is operations / wall time of the phase (first start to last finish).
+Throughput is operations / wall time of the phase (first start to last finish). CPU is milliseconds
+of CPU per operation of the coordinator process and of PostgreSQL (postmaster and backends) over the
+whole phase (each client's one warm-up operation included), and of the client processes in their
+measured loops: unlike the rates, it says little about how busy the machine was.
 """
 
 from __future__ import annotations
@@ -42,10 +45,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.context import SpawnProcess
 from pathlib import Path
 from typing import Any
+
+import _procs
 
 SCENARIOS = ("commit-grpc", "commit-local", "lock-grpc")
 
@@ -113,14 +118,15 @@ def _run_spec(spec: dict[str, Any], clients: dict[str, Any], ready: Any, go: Any
         op()  # warm-up (connection, imports, caches): not measured
         ready()  # then wait for the phase's common start time
         time.sleep(max(0.0, go() - time.time()))
-        t0 = time.time()
+        t0, cpu0 = time.time(), time.process_time()
         first: list[float] = []
         second: list[float] = []
         for _ in range(ops):
             a, b = op()
             first.append(a)
             second.append(b)
-        return {"t0": t0, "t1": time.time(), "lat": first, "lat2": second}
+        cpu = time.process_time() - cpu0
+        return {"t0": t0, "t1": time.time(), "lat": first, "lat2": second, "cpu": cpu}
     finally:
         if isinstance(protocol, GrpcCommitProtocol):
             protocol.close()
@@ -250,6 +256,7 @@ class Row:
     max_ms: float = float("nan")
     extra: str = ""
     error: str = ""
+    cpu_ms: dict[str, float] = field(default_factory=dict)  # process -> ms of CPU per operation
 
     @property
     def ops_per_s(self) -> float:
@@ -264,8 +271,19 @@ def percentile(values: Sequence[float], p: float) -> float:
     return ordered[k]
 
 
+CPU_OF = ("coordinator", "postgres", "clients")
+
+
 def run_phase(
-    pool: Pool, scenario: str, clients: int, tables: int, ops_total: int, lake: Path, address: str, phase: int
+    pool: Pool,
+    scenario: str,
+    clients: int,
+    tables: int,
+    ops_total: int,
+    lake: Path,
+    address: str,
+    phase: int,
+    pids: dict[str, list[int | None]],
 ) -> Row:
     from inlet.core import HudiTable
     from inlet.services.coordinator_client.client import CoordinatorClient
@@ -291,7 +309,9 @@ def run_phase(
         }
         for c in range(clients)
     ]
+    cpu_before = {k: _procs.tree_cpu(v) for k, v in pids.items()}
     results = pool.run(specs, timeout_s=900)
+    cpu_used = {k: _procs.tree_cpu(v) - cpu_before[k] for k, v in pids.items()}
     errors = [r["error"] for r in results if "error" in r]
     if errors:
         row.error = errors[0]
@@ -300,6 +320,8 @@ def run_phase(
     row.ops = len(lat)
     row.wall_s = max(r["t1"] for r in results) - min(r["t0"] for r in results)
     row.p50_ms, row.p99_ms, row.max_ms = (percentile(lat, p) * 1000 for p in (50, 99, 100))
+    row.cpu_ms = {k: v * 1000 / (row.ops + clients) for k, v in cpu_used.items()}  # + warm-ups
+    row.cpu_ms["clients"] = sum(r["cpu"] for r in results) * 1000 / row.ops  # the measured loop only
     if scenario == "lock-grpc":
         rel = [x for r in results for x in r["lat2"]]
         row.extra = (
@@ -316,7 +338,12 @@ def run_phase(
 
 
 def print_table(rows: Sequence[Row]) -> None:
-    head = f"{'scenario':<13} {'clients':>7} {'tables':>6} {'ops':>6} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}  notes"
+    cpu_head = "".join(f" {k[:6] + ' ms':>9}" for k in CPU_OF)
+    head = (
+        f"{'scenario':<13} {'clients':>7} {'tables':>6} {'ops':>6} {'ops/s':>8} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'max ms':>8} |{cpu_head}  notes"
+    )
+    print("(coordin, postgr, client ms: CPU milliseconds per operation of each)")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -325,7 +352,9 @@ def print_table(rows: Sequence[Row]) -> None:
             continue
         print(
             f"{r.scenario:<13} {r.clients:>7} {r.tables:>6} {r.ops:>6} {r.ops_per_s:>8.1f} "
-            f"{r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {r.max_ms:>8.1f}  {r.extra}"
+            f"{r.p50_ms:>8.1f} {r.p99_ms:>8.1f} {r.max_ms:>8.1f} |"
+            + "".join(f" {r.cpu_ms.get(k, float('nan')):>9.2f}" for k in CPU_OF)
+            + f"  {r.extra}"
         )
 
 
@@ -402,13 +431,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         pool = Pool(max(args.clients))
+        pids: dict[str, list[int | None]] = {"coordinator": [coordinator.proc.pid], "postgres": [pg.pid]}
         phase = 0
         for tables in args.tables:
             for clients in args.clients:
                 for scenario in args.scenarios:
                     phase += 1
                     row = run_phase(
-                        pool, scenario, clients, tables, args.ops, lake, coordinator.address, phase
+                        pool, scenario, clients, tables, args.ops, lake, coordinator.address, phase, pids
                     )
                     rows.append(row)
                     print(

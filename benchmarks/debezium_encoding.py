@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _procs
 import psycopg
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
@@ -83,32 +84,6 @@ VARIANTS = {
         {"max.batch.size": "8192", "max.queue.size": "32768", "poll.interval.ms": "100"},
     ),
 }
-
-
-def cpu_of(pids: list[int]) -> float:
-    """CPU seconds (user + system) of these processes and all their descendants."""
-    tick = os.sysconf("SC_CLK_TCK")
-    table: dict[int, tuple[int, float]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            table[int(entry)] = (
-                int(fields[1]),
-                sum(int(x) for x in fields[11:15]) / tick,
-            )  # reaped children too
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    total, todo = 0.0, list(pids)
-    while todo:
-        p = todo.pop()
-        total += table.get(p, (0, 0.0))[1]
-        todo.extend(children.get(p, []))
-    return total
 
 
 def run_load(url: str, changes: int, first_id: int) -> tuple[float, int]:
@@ -292,12 +267,12 @@ def measure(
             first_id = int(conn.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {TABLE}").fetchone()[0])  # type: ignore[index]
         time.sleep(2)  # let the JVM settle after start (JIT, topic creation) before counting its CPU
         assert dbz.pid is not None
-        d0, b0 = cpu_of([dbz.pid]), cpu_of(broker_pids)
+        d0, b0 = _procs.tree_cpu([dbz.pid]), _procs.tree_cpu(broker_pids)
         started = time.time()
         last_commit, want = run_load(url, changes, first_id)
         load_s = last_commit - started
         full_at = wait_count(kafka.bootstrap, topic, want, timeout_s=600)
-        d1, b1 = cpu_of([dbz.pid]), cpu_of(broker_pids)
+        d1, b1 = _procs.tree_cpu([dbz.pid]), _procs.tree_cpu(broker_pids)
         failed = dbz.status()
         latency = paced_latency(url, kafka.bootstrap, topic, first_id + 10 * changes, variant.schemas)
     finally:

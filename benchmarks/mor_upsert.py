@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
+import _procs
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -531,45 +532,15 @@ class RunResult:
         return sum(self.batch_s) / len(self.batch_s) if self.batch_s else None
 
 
-def _vm_hwm(pid: int | str) -> int:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def peak_rss() -> int:
     """The resident-set high-water mark in bytes of this process plus its live child processes
     (Spark's JVM and its Python workers); on systems without /proc, this process alone."""
-    own = _vm_hwm("self")
+    own = _procs.vm_hwm("self")
     if own == 0:
         import resource
 
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-    return own + sum(_vm_hwm(pid) for pid in _descendants(os.getpid()))
+    return own + sum(_procs.vm_hwm(pid) for pid in _procs.descendants(os.getpid()))
 
 
 def dir_size(path: Path) -> int:

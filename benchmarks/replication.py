@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _procs
 import psycopg
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
@@ -370,44 +371,18 @@ def histogram(before: Samples, after: Samples, name: str, table: str) -> dict[st
     return out
 
 
-def _proc_table() -> dict[int, tuple[int, float]]:
-    """{pid: (ppid, cpu seconds)} of every process: user + system time, its own and that of its
-    children it has reaped (a PostgreSQL backend that exits moves into the postmaster's)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, tuple[int, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(entry)] = (int(fields[1]), sum(int(x) for x in fields[11:15]) / tick)
-    return out
-
-
 def component_cpu(stack_dir: Path) -> dict[str, float]:
     """CPU seconds used so far by each stack component's process tree (from stack.json's pids)."""
     try:
         state = json.loads((stack_dir / "stack.json").read_text())
     except (OSError, ValueError):
         return {}
-    procs = _proc_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in procs.items():
-        children.setdefault(ppid, []).append(pid)
+    procs = _procs.proc_table()
     out: dict[str, float] = {}
     for c in state.get("components", []):
         pid = c.get("pid")
-        if not pid or pid not in procs:
-            continue
-        total, todo = 0.0, [pid]
-        while todo:
-            p = todo.pop()
-            total += procs.get(p, (0, 0.0))[1]
-            todo.extend(children.get(p, []))
-        out[c["name"]] = total
+        if pid and pid in procs:
+            out[c["name"]] = _procs.tree_cpu([pid], procs)
     with contextlib.suppress(OSError, ValueError):  # the supervisor itself (its children are counted above)
         out["supervisor"] = procs[int((stack_dir / PID_FILE).read_text())][1]
     t = os.times()
