@@ -36,6 +36,7 @@ COMPONENTS = {
     "cdc_consumer",
     "writer",
     "table_services",
+    "kafka_janitor",
 }
 
 
@@ -62,6 +63,7 @@ METRICS = {
         "inlet_writer_dead_letters_total",
     },
     "table_services": {"inlet_table_services_runs_total"},
+    "kafka_janitor": {"inlet_kafka_janitor_passes_total", "inlet_kafka_janitor_pass_seconds_count"},
 }
 
 

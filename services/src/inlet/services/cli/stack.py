@@ -108,6 +108,15 @@ UP_SETTINGS = (
         metavar="s3|memory",
     ),
     Setting(
+        "kafka_retention",
+        "--kafka-retention",
+        "with --kafka-storage s3: run inlet kafka-janitor, which deletes the broker's batch objects once "
+        "every group that reads the topic has committed past them (Tansu keeps them forever and lists "
+        "them all on every fetch, docs/kafka-storage.md); --no-kafka-retention keeps everything",
+        kind="bool",
+        default=True,
+    ),
+    Setting(
         "lake",
         "--lake",
         "where the tables go: local (DIR/lake), s3 (bucket `lake` of the stack's own SeaweedFS; the JSON "

@@ -75,6 +75,9 @@ LOCAL_CONSUMER_OPTIONS = (
 #   under 100 msg/s where 500 ms kept up with ~1,700-2,000/s (Tansu then answers after ~250 ms).
 S3_BROKER_LINGER_MS = 50
 S3_BROKER_FETCH_WAIT_MS = 500
+# Tansu's S3 storage never deletes a batch object and lists them all on every fetch: the stack's
+# janitor deletes those every group that must read the topic has passed (docs/kafka-storage.md)
+KAFKA_JANITOR_INTERVAL_S = 60
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class StackConfig:
     buckets: int = 4
     batch_interval_ms: int = 1000
     persistent_kafka: bool = True  # topics kept in the S3 store across restarts
+    # with persistent_kafka: inlet kafka-janitor run deletes the batch objects every group has read
+    kafka_retention: bool = True
     catalog: bool = True  # a Hive Metastore kept in step with every commit (inlet catalog run)
     # compaction and clean by inlet table-services run (the writer then never compacts inline)
     table_services: bool = True
@@ -378,6 +383,56 @@ class Stack:
                 self.config.logs / "table_services.log",
                 f"http://127.0.0.1:{port}/healthz",
                 env=dict(self.lake_env),
+            )
+        ]
+
+    def _kafka_janitor(self) -> list[Component]:
+        """Retention for the durable broker: each topic is cleaned below what the stack's groups that
+        read it have committed (Debezium's topics: the CDC consumer; the change topics: the writer,
+        whose group offset trails its lake checkpoint; inlet.commits: table services and catalog sync)."""
+        if not (self.config.persistent_kafka and self.config.kafka_retention) or self.kafka.storage is None:
+            return []
+        from inlet.services.catalog_sync.service import DEFAULT_GROUP as CATALOG_GROUP
+        from inlet.services.cdc_consumer.settings import DEFAULT_GROUP as CDC_GROUP
+        from inlet.services.table_services.service import DEFAULT_GROUP as SERVICES_GROUP
+
+        storage = self.kafka.storage.resolve()
+        port = self.ports.get("kafka_janitor_metrics")
+        commits_groups = [
+            *((SERVICES_GROUP,) if self.config.table_services else ()),
+            *((CATALOG_GROUP,) if self.config.catalog else ()),
+        ]
+        rules = [f"{self.config.database}.*={CDC_GROUP}", "inlet.changes.*=inlet-writer"]
+        if commits_groups:
+            rules.append(f"inlet.commits={','.join(commits_groups)}")
+        argv = CommandComponent.inlet(
+            "kafka-janitor",
+            "run",
+            "--kafka-bootstrap",
+            self.kafka.bootstrap,
+            "--s3-endpoint",
+            storage.endpoint,
+            "--s3-bucket",
+            storage.bucket,
+            "--s3-access-key",
+            storage.access_key,
+            "--s3-region",
+            storage.region,
+            "--cluster-id",
+            self.kafka.cluster_id,
+            "--interval",
+            str(KAFKA_JANITOR_INTERVAL_S),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            *(a for rule in rules for a in ("--require", rule)),
+        )
+        return [
+            CommandComponent(
+                "kafka_janitor",
+                argv,
+                self.config.logs / "kafka_janitor.log",
+                f"http://127.0.0.1:{port}/healthz",
+                env={"INLET_KAFKA_JANITOR_S3_SECRET_KEY": storage.secret_key},
             )
         ]
 
@@ -710,6 +765,7 @@ class Stack:
             lambda: [self._writer()],
             self._table_services,
             self._catalog,
+            self._kafka_janitor,
         ]
         try:
             for build in builders:
