@@ -34,6 +34,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 #: notification topics, Confluent's schema registry, the dead letters (``inlet dlq show`` / replay
 #: read them without a group)
 DEFAULT_PROTECT = ("__*", "connect-*", "_schemas", "inlet.dlq*")
+
+#: DELETE requests in flight at once
+DELETE_THREADS = 8
 
 _RECORDS = re.compile(r"/partitions/(\d{10})/records/(\d{20})\.batch$")
 
@@ -317,16 +321,23 @@ class KafkaJanitor:
         if self.config.dry_run:
             done.deleted, done.deleted_bytes = len(doomed), sum(objects[b][1] for b in doomed)
             return done
-        for base in doomed:  # oldest first: a pass cut short leaves a contiguous tail
+
+        def delete(base: int) -> int:
             path, size = objects[base]
             try:
                 self._delete(path)
             except OSError as e:
                 raise JanitorError(f"cannot delete {path}: {e}") from e
-            done.deleted += 1
-            done.deleted_bytes += size
-            self.metrics.deleted_objects.labels(topic).inc()
-            self.metrics.deleted_bytes.labels(topic).inc(size)
+            return size
+
+        # a DELETE is one round trip (~1.5 ms on the stack's SeaweedFS): a few at once. Every object
+        # here is below the watermark, so a pass cut short leaves only objects nobody reads.
+        with ThreadPoolExecutor(DELETE_THREADS, thread_name_prefix="inlet-janitor") as pool:
+            for size in pool.map(delete, doomed):
+                done.deleted += 1
+                done.deleted_bytes += size
+                self.metrics.deleted_objects.labels(topic).inc()
+                self.metrics.deleted_bytes.labels(topic).inc(size)
         return done
 
     # -- service ----------------------------------------------------------------------------------
