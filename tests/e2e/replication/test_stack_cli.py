@@ -188,6 +188,8 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             assert endpoint == comps[component]["metrics"] and endpoint.startswith("http://127.0.0.1:")
             names = exposed_names(scrape(endpoint))
             assert names >= METRICS.get(component, set()), (component, METRICS[component] - names)
+        # the Kafka janitor's first pass read every group's offsets and the bucket without an error
+        assert 'inlet_kafka_janitor_passes_total{result="ok"}' in scrape(st["metrics"]["kafka_janitor"])
 
         # a killed component is restarted and says so
         old = comps["cdc_consumer"]["pid"]
