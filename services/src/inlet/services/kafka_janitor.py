@@ -229,7 +229,7 @@ class KafkaJanitor:
                     offsets[(tp.topic, tp.partition)] = tp.offset
                 out[group] = offsets
             return out
-        except KafkaException as e:
+        except (KafkaException, TimeoutError) as e:
             raise JanitorError(f"cannot read consumer group offsets from {self.config.bootstrap}: {e}") from e
 
     def _filesystem(self) -> Any:
@@ -237,10 +237,10 @@ class KafkaJanitor:
             self._fs = self.config.storage.filesystem()
         return self._fs
 
-    def _delete(self, path: str) -> None:
-        """One plain DELETE request: pyarrow's ``delete_file`` then recreates the parent "directory"
-        as an empty ``records/`` object, and Tansu's fetch panics on that key (it reads an offset from
-        the first 20 characters of every name it lists), leaving the partition unreadable."""
+    def _deleter_for(self) -> Any:
+        """Plain signed DELETE requests: pyarrow's ``delete_file`` also recreates the parent
+        "directory" as an empty ``records/`` object, and Tansu's fetch panics on that key (it reads an
+        offset from the first 20 characters of every name it lists), leaving the partition unreadable."""
         from inlet.core.s3 import ConditionalS3, S3Options
 
         if self._deleter is None:
@@ -253,9 +253,7 @@ class KafkaJanitor:
                 path_style=True,
             )
             self._deleter = ConditionalS3(options, s.bucket)
-        bucket, _, key = path.partition("/")
-        assert bucket == self.config.storage.bucket, path
-        self._deleter.delete(key)
+        return self._deleter
 
     def _records_dir(self, topic: str, partition: int) -> str:
         return (
@@ -322,10 +320,13 @@ class KafkaJanitor:
             done.deleted, done.deleted_bytes = len(doomed), sum(objects[b][1] for b in doomed)
             return done
 
+        deleter = self._deleter_for()
+        prefix = self.config.storage.bucket + "/"
+
         def delete(base: int) -> int:
             path, size = objects[base]
             try:
-                self._delete(path)
+                deleter.delete(path.removeprefix(prefix))
             except OSError as e:
                 raise JanitorError(f"cannot delete {path}: {e}") from e
             return size
