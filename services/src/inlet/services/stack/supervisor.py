@@ -75,9 +75,6 @@ LOCAL_CONSUMER_OPTIONS = (
 #   under 100 msg/s where 500 ms kept up with ~1,700-2,000/s (Tansu then answers after ~250 ms).
 S3_BROKER_LINGER_MS = 50
 S3_BROKER_FETCH_WAIT_MS = 500
-# Tansu's S3 storage never deletes a batch object and lists them all on every fetch: the stack's
-# janitor deletes those every group that must read the topic has passed (docs/kafka-storage.md)
-KAFKA_JANITOR_INTERVAL_S = 60
 
 
 @dataclass(frozen=True)
@@ -94,6 +91,7 @@ class StackConfig:
     persistent_kafka: bool = True  # topics kept in the S3 store across restarts
     # with persistent_kafka: inlet kafka-janitor run deletes the batch objects every group has read
     kafka_retention: bool = True
+    kafka_retention_interval_s: float = 60.0  # seconds between the janitor's passes (tests: shorter)
     catalog: bool = True  # a Hive Metastore kept in step with every commit (inlet catalog run)
     # compaction and clean by inlet table-services run (the writer then never compacts inline)
     table_services: bool = True
@@ -421,7 +419,7 @@ class Stack:
             "--cluster-id",
             self.kafka.cluster_id,
             "--interval",
-            str(KAFKA_JANITOR_INTERVAL_S),
+            str(self.config.kafka_retention_interval_s),
             "--metrics-listen",
             f"127.0.0.1:{port}",
             *(a for rule in rules for a in ("--require", rule)),
