@@ -127,6 +127,12 @@ def test_janitor_deletes_what_every_group_read_and_the_rest_is_served(s3_server:
         )
         assert objects() == list(range(0, 30, 3))
 
+        # a dry run counts and deletes nothing
+        dry = KafkaJanitor(
+            JanitorConfig(bootstrap, storage, (Rule(topic, ("ahead",)),), dry_run=True)
+        ).run_pass()
+        assert dry.deleted == 2 and objects() == list(range(0, 30, 3))
+
         # the lowest group holds the data back: only the batches wholly below 7
         result = janitor(Rule(topic, ("ahead",))).run_pass()
         assert [(p.watermark, p.deleted, p.objects) for p in result.partitions] == [(7, 2, 10)]
