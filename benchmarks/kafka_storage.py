@@ -299,13 +299,18 @@ def end_to_end(
     size: int,
     backlog: int,
     pids: tuple[int | None, int | None],
+    topic: str | None = None,
+    ends: dict[int, int] | None = None,
 ) -> tuple[int, float, list[float], list[float], float, tuple[float, float]]:
     """(sent, consumed per second over the phase, end-to-end latencies ms, acknowledgement latencies ms,
     CPU share of broker + store while the consumer waits at the end of the topic and nothing is produced,
-    CPU seconds of broker and of store while the rate is produced and consumed)."""
-    topic = f"e2e.{uuid.uuid4().hex[:8]}"
-    kafka.create_topic(topic, partitions=PARTITIONS)
-    ends = prefill(kafka, topic, backlog)
+    CPU seconds of broker and of store while the rate is produced and consumed). ``topic`` and ``ends``
+    (partition -> next offset): an existing topic, consumed from there (``ends`` is advanced past
+    what was read); else a new topic with ``backlog`` batches."""
+    if topic is None or ends is None:
+        topic = f"e2e.{uuid.uuid4().hex[:8]}"
+        kafka.create_topic(topic, partitions=PARTITIONS)
+        ends = prefill(kafka, topic, backlog)
     consumer = new_consumer(kafka, candidate, topic)
     consumer.unsubscribe()
     consumer.assign([TopicPartition(topic, p, end) for p, end in ends.items()])
@@ -320,6 +325,9 @@ def end_to_end(
                 continue
             sent = struct.unpack_from("d", msg.value() or b"")[0]
             latencies.append((time.perf_counter() - sent) * 1000)
+            partition, offset = msg.partition(), msg.offset()
+            if partition is not None and offset is not None:
+                ends[partition] = max(ends[partition], offset + 1)
 
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
@@ -406,6 +414,55 @@ def run(candidate: Candidate, messages: int, size: int, rate: int, seconds: floa
     )
 
 
+def janitor_effect(candidate: Candidate, size: int, rate: int, seconds: float, backlog: int) -> None:
+    """``--janitor``: the end-to-end phase on a topic holding ``backlog`` one-record batch objects,
+    then a group commits the end of what was read, one pass of the stack's janitor
+    (:mod:`inlet.services.kafka_janitor`) deletes every object below it, and the same phase again
+    on the same topic and broker."""
+    from inlet.services.kafka_janitor import JanitorConfig, KafkaJanitor, Rule
+    from inlet.services.stack.s3 import S3Storage
+
+    if candidate.storage != "s3":
+        raise SystemExit("--janitor needs an s3 candidate")
+    with servers(candidate) as (kafka, store_pid):
+        pids = (kafka.pid, store_pid)
+        topic = f"e2e.{uuid.uuid4().hex[:8]}"
+        kafka.create_topic(topic, partitions=PARTITIONS)
+        ends = prefill(kafka, topic, backlog)
+        storage = kafka.storage
+        assert isinstance(storage, S3Storage)
+        janitor = KafkaJanitor(JanitorConfig(kafka.bootstrap, storage, (Rule(topic, ("bench-reader",)),)))
+        rows = []
+        for label in ("before", "after"):
+            objects = sum(len(janitor.batch_objects(topic, p)) for p in range(PARTITIONS))
+            sent, e2e_rate, latencies, _acks, idle, cpu = end_to_end(
+                kafka, candidate, rate, seconds, size, backlog, pids, topic, ends
+            )
+            p50, p99 = percentiles(latencies)
+            per = 1000 / max(1, 2 * sent)
+            rows.append(
+                f"| {label} janitor pass | {objects:,} | {e2e_rate:,.0f} of {sent / seconds:,.0f} "
+                f"| {p50:,.0f} | {p99:,.0f} | {cpu[0] * per:.3f} + {cpu[1] * per:.3f} | {idle:.0%} |"
+            )
+            print(rows[-1], flush=True)
+            if label == "before":
+                committer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "bench-reader"})
+                committer.commit(
+                    offsets=[TopicPartition(topic, p, end) for p, end in ends.items()], asynchronous=False
+                )
+                committer.close()
+                result = janitor.run_pass()
+                print(
+                    f"janitor pass: {result.deleted:,} objects ({result.deleted_bytes:,} B) deleted, "
+                    f"{result.remaining:,} left, in {result.seconds:.2f} s",
+                    flush=True,
+                )
+    print(
+        "| objects in the partition | received/s of sent/s | p50 ms | p99 ms | CPU ms/msg broker + store | idle CPU |\n"
+        + "\n".join(rows)
+    )
+
+
 def main() -> None:
     names = [c.name for c in CANDIDATES]
     parser = argparse.ArgumentParser(
@@ -427,6 +484,12 @@ def main() -> None:
     parser.add_argument(
         "--candidates", default=",".join(names), help=f"comma-separated, of: {', '.join(names)}"
     )
+    parser.add_argument(
+        "--janitor",
+        action="store_true",
+        help="only the end-to-end phase on the first chosen s3 candidate, on a topic of --backlog batch "
+        "objects, before and after one pass of inlet's Kafka janitor deletes those every group read",
+    )
     args = parser.parse_args()
     chosen = [c.strip() for c in args.candidates.split(",") if c.strip()]
     unknown = sorted(set(chosen) - set(names))
@@ -435,6 +498,16 @@ def main() -> None:
     global PARTITIONS
     PARTITIONS = args.partitions
     load = os.getloadavg()
+    if args.janitor:
+        candidate = next((c for c in CANDIDATES if c.name in chosen and c.storage == "s3"), None)
+        if candidate is None:
+            parser.error("--janitor needs an s3 candidate in --candidates")
+        janitor_effect(candidate, args.size, args.rate, args.seconds, args.backlog)
+        print(
+            f"{candidate.name}, {args.rate}/s for {args.seconds:.0f} s, {args.size} B; load average at start "
+            f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, at end {' '.join(f'{v:.2f}' for v in os.getloadavg())}"
+        )
+        return
     results = []
     for candidate in (c for c in CANDIDATES if c.name in chosen):
         results.append(run(candidate, args.messages, args.size, args.rate, args.seconds, args.backlog))

@@ -217,6 +217,9 @@ def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
         "catalog": False,
         # these tests decide when logs are compacted (the writer's inline compaction, compact_now)
         "table_services": False,
+        # on the durable broker: the Kafka janitor deletes what the groups read every 2 s, not 60 s,
+        # so the tests' restarts and kills run against a partition it is cleaning
+        "kafka_retention_interval_s": 2.0,
         **config_values,
     }
     config = StackConfig(dir=str(root), **values)

@@ -36,6 +36,7 @@ COMPONENTS = {
     "cdc_consumer",
     "writer",
     "table_services",
+    "kafka_janitor",
 }
 
 
@@ -62,6 +63,7 @@ METRICS = {
         "inlet_writer_dead_letters_total",
     },
     "table_services": {"inlet_table_services_runs_total"},
+    "kafka_janitor": {"inlet_kafka_janitor_passes_total", "inlet_kafka_janitor_pass_seconds_count"},
 }
 
 
@@ -186,6 +188,13 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             assert endpoint == comps[component]["metrics"] and endpoint.startswith("http://127.0.0.1:")
             names = exposed_names(scrape(endpoint))
             assert names >= METRICS.get(component, set()), (component, METRICS[component] - names)
+        # the Kafka janitor's first pass read every group's offsets and the bucket without an error,
+        # and status shows it
+        assert 'inlet_kafka_janitor_passes_total{result="ok"}' in scrape(st["metrics"]["kafka_janitor"])
+        assert {"deleted_objects", "remaining_objects", "partitions"} <= set(
+            comps["kafka_janitor"]["last_pass"]
+        )
+        assert "kafka_janitor" in inlet("stack", "status", "--dir", str(d)) and "last pass: " in OUTPUT[-2]
 
         # a killed component is restarted and says so
         old = comps["cdc_consumer"]["pid"]

@@ -30,7 +30,7 @@ from inlet.services.cli.s3_options import add_s3_options
 from inlet.services.extras import require
 from inlet.services.runtime import Setting, SettingsError, StopSignal, add_arguments, resolve
 from inlet.services.stack import source
-from inlet.services.stack.components import stopped_tables
+from inlet.services.stack.components import health_details, stopped_tables
 from inlet.services.stack.processes import StackError
 from inlet.services.stack.supervisor import (
     CONFIG_FILE,
@@ -106,6 +106,15 @@ UP_SETTINGS = (
         "only for one-shot runs that end with `down`); stack status shows it",
         default="s3",
         metavar="s3|memory",
+    ),
+    Setting(
+        "kafka_retention",
+        "--kafka-retention",
+        "with --kafka-storage s3: run inlet kafka-janitor, which deletes the broker's batch objects once "
+        "every group that reads the topic has committed past them (Tansu keeps them forever and lists "
+        "them all on every fetch, docs/kafka-storage.md); --no-kafka-retention keeps everything",
+        kind="bool",
+        default=True,
     ),
     Setting(
         "lake",
@@ -400,6 +409,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             stopped = stopped_tables(c["health"])
             if stopped:
                 c["stopped_tables"] = stopped
+            if c.get("name") == "kafka_janitor":  # its last retention pass (docs/kafka-storage.md)
+                last = (health_details(c["health"]) or {}).get("last_pass")
+                if isinstance(last, dict):
+                    c["last_pass"] = last
     if args.json:
         print(json.dumps(state))
         return 0
@@ -414,6 +427,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         for table, reason in sorted((c.get("stopped_tables") or {}).items()):
             print(f"    table {table} stopped: {reason}")
+        if last := c.get("last_pass"):
+            print(
+                f"    last pass: {last.get('deleted_objects', 0)} batch objects ({last.get('deleted_bytes', 0)} B) "
+                f"deleted, {last.get('remaining_objects', 0)} left in {last.get('partitions', 0)} partitions"
+            )
     for table, p in sorted(load.items()):
         print(f"  initial load {table}: {_load_line(p)}")
     if src is not None:

@@ -175,3 +175,19 @@ def stopped_tables(health_url: str, timeout_s: float = 2.0) -> dict[str, str] | 
     except (ValueError, AttributeError):
         return None
     return {str(k): str(v) for k, v in stopped.items()} if isinstance(stopped, dict) else None
+
+
+def health_details(health_url: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    """The JSON a service's ``/healthz`` answers (healthy or not); None when it cannot be read."""
+    try:
+        with urllib.request.urlopen(health_url, timeout=timeout_s) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as e:  # 503: unhealthy, the body says why
+        body = e.read()
+    except (urllib.error.URLError, OSError):
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

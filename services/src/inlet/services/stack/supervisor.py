@@ -89,6 +89,9 @@ class StackConfig:
     buckets: int = 4
     batch_interval_ms: int = 1000
     persistent_kafka: bool = True  # topics kept in the S3 store across restarts
+    # with persistent_kafka: inlet kafka-janitor run deletes the batch objects every group has read
+    kafka_retention: bool = True
+    kafka_retention_interval_s: float = 60.0  # seconds between the janitor's passes (tests: shorter)
     catalog: bool = True  # a Hive Metastore kept in step with every commit (inlet catalog run)
     # compaction and clean by inlet table-services run (the writer then never compacts inline)
     table_services: bool = True
@@ -378,6 +381,56 @@ class Stack:
                 self.config.logs / "table_services.log",
                 f"http://127.0.0.1:{port}/healthz",
                 env=dict(self.lake_env),
+            )
+        ]
+
+    def _kafka_janitor(self) -> list[Component]:
+        """Retention for the durable broker: each topic is cleaned below what the stack's groups that
+        read it have committed (Debezium's topics: the CDC consumer; the change topics: the writer,
+        whose group offset trails its lake checkpoint; inlet.commits: table services and catalog sync)."""
+        if not (self.config.persistent_kafka and self.config.kafka_retention) or self.kafka.storage is None:
+            return []
+        from inlet.services.catalog_sync.service import DEFAULT_GROUP as CATALOG_GROUP
+        from inlet.services.cdc_consumer.settings import DEFAULT_GROUP as CDC_GROUP
+        from inlet.services.table_services.service import DEFAULT_GROUP as SERVICES_GROUP
+
+        storage = self.kafka.storage.resolve()
+        port = self.ports.get("kafka_janitor_metrics")
+        commits_groups = [
+            *((SERVICES_GROUP,) if self.config.table_services else ()),
+            *((CATALOG_GROUP,) if self.config.catalog else ()),
+        ]
+        rules = [f"{self.config.database}.*={CDC_GROUP}", "inlet.changes.*=inlet-writer"]
+        if commits_groups:
+            rules.append(f"inlet.commits={','.join(commits_groups)}")
+        argv = CommandComponent.inlet(
+            "kafka-janitor",
+            "run",
+            "--kafka-bootstrap",
+            self.kafka.bootstrap,
+            "--s3-endpoint",
+            storage.endpoint,
+            "--s3-bucket",
+            storage.bucket,
+            "--s3-access-key",
+            storage.access_key,
+            "--s3-region",
+            storage.region,
+            "--cluster-id",
+            self.kafka.cluster_id,
+            "--interval",
+            str(self.config.kafka_retention_interval_s),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            *(a for rule in rules for a in ("--require", rule)),
+        )
+        return [
+            CommandComponent(
+                "kafka_janitor",
+                argv,
+                self.config.logs / "kafka_janitor.log",
+                f"http://127.0.0.1:{port}/healthz",
+                env={"INLET_KAFKA_JANITOR_S3_SECRET_KEY": storage.secret_key},
             )
         ]
 
@@ -710,6 +763,7 @@ class Stack:
             lambda: [self._writer()],
             self._table_services,
             self._catalog,
+            self._kafka_janitor,
         ]
         try:
             for build in builders:
