@@ -130,6 +130,14 @@ class _TablePlan:
     key_names: tuple[str, ...]  # Kafka key field order
     key_indexes: tuple[int, ...]
     wire: str  # "json" (bytes base64-encoded) or "avro"
+    #: ``ChangeRecord(change=ChangeEvent(schema=schema))`` encoded: appended to a change's encoding
+    encoded_schema: bytes
+    #: :func:`_row` compiled for these columns (:func:`_compile_row`)
+    fill: Any = None
+
+
+#: a change record without its schema, and the plan whose schema it has (None: it has none)
+_Decoded = tuple[pb.ChangeRecord, "_TablePlan | None"]
 
 
 class Decoder:
@@ -186,6 +194,44 @@ class Decoder:
         headers: list[tuple[str, bytes]] | None = None,
     ) -> list[pb.ChangeRecord]:
         """The change records of one Kafka record; raises :class:`DecodeError` if it cannot."""
+        out = []
+        for record, plan in self._decode(topic, partition, offset, key, value, headers):
+            if plan is not None:
+                record.change.schema.CopyFrom(plan.schema)
+            out.append(record)
+        return out
+
+    def decode_encoded(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> list[tuple[pb.ChangeRecord, bytes]]:
+        """What :meth:`decode` returns, each record with its encoding (what the CDC consumer
+        produces), but a change's record without its ``schema`` (its ``schema_version`` is set).
+
+        The encoding parses into exactly the record :meth:`decode` returns: the record without
+        the schema, then the plan's schema encoded once as a second ``ChangeRecord.change``
+        (protobuf merges a message field that occurs twice). Serialising the 20 ``Column``
+        messages of a schema with every change cost more than decoding the row."""
+        out = []
+        for record, plan in self._decode(topic, partition, offset, key, value, headers):
+            data = record.SerializeToString()
+            out.append((record, data + plan.encoded_schema if plan is not None else data))
+        return out
+
+    def _decode(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+    ) -> list[_Decoded]:
         if value is None:
             return []  # tombstone
         if topic.startswith(HEARTBEAT_PREFIX):
@@ -217,7 +263,7 @@ class Decoder:
 
     def _decode_json(
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes, old_key: bytes | None
-    ) -> list[pb.ChangeRecord]:
+    ) -> list[_Decoded]:
         payload, schema_bytes, envelope = self._parse_json(topic, value)
         if payload is None:
             return []
@@ -225,7 +271,7 @@ class Decoder:
             raise DecodeError(f"value is not a Debezium envelope: a JSON {type(payload).__name__}")
         kind = self._kind(topic, payload)
         if kind != "change":
-            return self._non_change(kind, topic, payload)
+            return [(r, None) for r in self._non_change(kind, topic, payload)]
         key_names, key_payload = self._json_key(topic, key)
         op = self._op(payload)
         source = payload.get("source")
@@ -331,7 +377,7 @@ class Decoder:
 
     def _decode_avro(
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes, old_key: bytes | None
-    ) -> list[pb.ChangeRecord]:
+    ) -> list[_Decoded]:
         schema_id, body = avro.split(value)
         writer = self._schemas.get(schema_id)
         payload = avro.read(body, writer)
@@ -339,7 +385,7 @@ class Decoder:
             raise DecodeError(f"Avro value of schema id {schema_id} is not a record")
         kind = self._kind(topic, payload)
         if kind != "change":
-            return self._non_change(kind, topic, payload)
+            return [(r, None) for r in self._non_change(kind, topic, payload)]
         key_names: tuple[str, ...] | None = None
         key_payload: dict[str, Any] | None = None
         if key is not None:
@@ -377,7 +423,7 @@ class Decoder:
         key_names: tuple[str, ...] | None,
         key_payload: dict[str, Any] | None,
         old_key: bytes | None,
-    ) -> pb.ChangeRecord:
+    ) -> _Decoded:
         if self.catalog is None:
             raise DecodeError("JSON value without schema and no source catalog configured (--database-url)")
         row = payload.get("after") or payload.get("before")
@@ -586,6 +632,8 @@ class Decoder:
             key_names=tuple(key_names or ()),
             key_indexes=tuple(key_indexes),
             wire=wire,
+            encoded_schema=pb.ChangeRecord(change=pb.ChangeEvent(schema=schema)).SerializeToString(),
+            fill=_compile_row(names, converters),
         )
         with self._lock:
             self._plans[plan_key] = plan
@@ -602,7 +650,9 @@ class Decoder:
         plan: _TablePlan | None,
         key_payload: dict[str, Any] | None,
         old_key: bytes | None = None,
-    ) -> pb.ChangeRecord:
+    ) -> _Decoded:
+        """The change record without its schema (the caller adds it or its encoding), and the plan
+        whose schema it has (None: no rows, no schema)."""
         src_schema, src_table = source.get("schema"), source.get("table")
         if not isinstance(src_schema, str) or not isinstance(src_table, str):
             raise DecodeError("source block has no schema/table")
@@ -622,16 +672,15 @@ class Decoder:
         if op == pb.OPERATION_TRUNCATE and table_id in self.skipped:
             raise _Skipped
         if plan is None or op == pb.OPERATION_TRUNCATE:  # no rows, no key, no schema
-            return record
-        ev.schema.CopyFrom(plan.schema)
+            return record, None
         ev.schema_version = plan.fingerprint
         before, after = payload.get("before"), payload.get("after")
         if before is not None:
             ev.before.SetInParent()
-            _row(plan, before, "before", ev.before.values.add)
+            _fill(plan, before, "before", ev.before.values)
         if after is not None:
             ev.after.SetInParent()
-            _row(plan, after, "after", ev.after.values.add)
+            _fill(plan, after, "after", ev.after.values)
             if op == pb.OPERATION_READ or (op == pb.OPERATION_CREATE and old_key is None):
                 _literal_placeholders(plan, ev.after, after)
         elif op != pb.OPERATION_DELETE:
@@ -657,7 +706,7 @@ class Decoder:
                 )
             except DecodeError as e:
                 raise DecodeError(f"table {table_id} has no primary key: {e.reason}") from None
-            return record
+            return record, plan
         if table_id in self.skipped:  # it has a primary key now: replicated from here on
             self._unskip(table_id)
         add = ev.key.values.add
@@ -683,7 +732,7 @@ class Decoder:
         ev.record_key = _record_key(plan.key_names, texts)
         if old_key is not None and op == pb.OPERATION_CREATE:
             _fill_old_key(plan, ev, old_key)
-        return record
+        return record, plan
 
 
 def _literal_placeholders(plan: _TablePlan, row: pb.Row, data: dict[str, Any]) -> None:
@@ -795,6 +844,52 @@ def _envelope_row_fields(envelope: Any) -> list[dict[str, Any]]:
             if f.get("field") == name and f.get("type") == "struct":
                 return list(f.get("fields") or ())
     raise DecodeError("value schema has no 'before'/'after' struct (not a Debezium change event)")
+
+
+def _fill(plan: _TablePlan, data: Any, which: str, values: Any) -> None:
+    """:func:`_row` into the repeated ``values``, by the plan's compiled row when it reads ``data``
+    (any error: the values it added are dropped and :func:`_row` reads the row, and names the error)."""
+    fill = plan.fill
+    if fill is not None and data.__class__ is dict and len(data) <= len(plan.names):
+        try:
+            fill(values.add, data.get)
+            return
+        except Exception:
+            del values[:]
+    _row(plan, data, which, values.add)
+
+
+def _compile_row(names: Sequence[str], converters: Sequence[Converter]) -> Any:
+    """``fill(add, get)``: :func:`_row`'s loop for these columns as straight-line code, the
+    converters of plain integers and strings written out (one Python call less per value: ~1 µs a
+    row of 20 columns); None when it does not compile."""
+    from inlet.services.cdc_consumer import types as T
+
+    lines = ["def fill(add, get):"]
+    env: dict[str, Any] = {"PLACEHOLDER": T.PLACEHOLDER, "UNCHANGED": T._UNCHANGED_MSG}
+    for i, (name, conv) in enumerate(zip(names, converters, strict=True)):
+        lines.append(f"    raw = get({name!r})")
+        lines.append("    if raw is None:")
+        lines.append("        add()")
+        if conv is T._int:
+            lines.append("    else:")
+            lines.append("        add(int_value=raw)")
+        elif conv is T._string:
+            lines.append("    elif raw == PLACEHOLDER:")
+            lines.append("        add(unchanged=UNCHANGED)")
+            lines.append("    else:")
+            lines.append("        add(string_value=raw)")
+        else:
+            env[f"c{i}"] = conv
+            lines.append("    else:")
+            lines.append(f"        c{i}(add, raw)")
+    if len(lines) == 1:
+        lines.append("    pass")
+    try:
+        exec(compile("\n".join(lines), "<row plan>", "exec"), env)  # the code generated above
+    except (SyntaxError, RecursionError, ValueError):
+        return None
+    return env["fill"]
 
 
 def _row(plan: _TablePlan, data: Any, which: str, add: Any) -> None:

@@ -1,0 +1,219 @@
+"""The CDC consumer's fast paths give exactly what its reference paths give (issue #23 item 4).
+
+Fast: each plan's compiled row (``decode._compile_row``), each Avro writer schema's compiled reader
+(:mod:`inlet.services.cdc_consumer.avro_reader`) and :meth:`Decoder.decode_encoded` (the record
+without its schema, the schema's encoding appended). Reference: a decoder built with neither
+compiled (``_row``'s loop over the converters, fastavro) and ``decode`` + ``SerializeToString``.
+Both get the same events: a table of every kind of column the converters handle (the benchmark's
+20 columns among them) with values, nulls, Debezium's TOAST placeholders and wrong encodings, as
+inserts, updates, snapshot reads and deletes; and the recorded Confluent Avro events.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka.schema_registry import Schema
+
+from inlet.proto.changes.v1 import changes_pb2 as pb
+from inlet.services.cdc_consumer import DecodeError, Decoder, avro_reader
+from inlet.services.cdc_consumer import decode as decode_module
+from inlet.services.cdc_consumer.types import PLACEHOLDER
+
+DATA = Path(__file__).resolve().parents[4].parent / "shared" / "testdata" / "debezium"
+PH_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
+
+
+def _decimal(scale: int, precision: int) -> dict[str, Any]:
+    return {
+        "type": "bytes",
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": str(scale), "connect.decimal.precision": str(precision)},
+    }
+
+
+def _unscaled(n: int) -> str:
+    return base64.b64encode(n.to_bytes(max(1, (n.bit_length() + 8) // 8), "big", signed=True)).decode()
+
+
+# column -> (Connect schema, values to cycle through: real ones and Debezium's placeholders)
+COLUMNS: dict[str, tuple[dict[str, Any], list[Any]]] = {
+    "i2": ({"type": "int16"}, [-32768, 7]),
+    "i4": ({"type": "int32"}, [2147483647, 0]),
+    "i8": ({"type": "int64"}, [-(2**63), 2**40]),
+    "f4": ({"type": "float"}, [1.5, "NaN", "Infinity"]),
+    "f8": ({"type": "double"}, [-2.25e300, "-Infinity", 3]),
+    "b": ({"type": "boolean"}, [True, False]),
+    "t": ({"type": "string"}, ["héllo ☃", "", PLACEHOLDER]),
+    "by": ({"type": "bytes"}, [base64.b64encode(b"\x00\xde").decode(), PH_B64]),
+    "n": (_decimal(2, 12), [_unscaled(-1234), _unscaled(10**11)]),
+    "vn": (
+        {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal", "fields": []},
+        [{"scale": 3, "value": _unscaled(12345)}, {"scale": 0, "value": _unscaled(-1)}],
+    ),
+    "d": ({"type": "int32", "name": "io.debezium.time.Date"}, [19782, -2440588]),
+    "ts": ({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, [1529507596945104, 0]),
+    "tsm": ({"type": "int64", "name": "io.debezium.time.Timestamp"}, [1529507596945, -5]),
+    "tz": (
+        {"type": "string", "name": "io.debezium.time.ZonedTimestamp"},
+        ["2024-01-02T01:04:05.1234Z", "infinity", "+12024-01-01T00:00:00.5Z"],
+    ),
+    "tm": ({"type": "int64", "name": "io.debezium.time.MicroTime"}, [86399999999, 0]),
+    "j": ({"type": "string", "name": "io.debezium.data.Json"}, ['{"a": [1, 2]}', PLACEHOLDER]),
+    "u": (
+        {"type": "string", "name": "io.debezium.data.Uuid"},
+        ["a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", PLACEHOLDER],
+    ),
+    "ta": (
+        {"type": "array", "items": {"type": "string", "optional": True}},
+        [["a", None, "b"], [], [PLACEHOLDER]],
+    ),
+    "ia": ({"type": "array", "items": {"type": "int32"}}, [[1, 2, 3], list(PLACEHOLDER.encode())]),
+    "hs": ({"type": "map", "keys": {"type": "string"}, "values": {"type": "string"}}, [{"k": "v"}, {}]),
+    "small": ({"type": "int16"}, [7, -1]),
+    "real": ({"type": "float"}, [0.25, -1e30]),
+}
+
+#: a value of the wrong encoding per column (an insert each): both paths raise the same DecodeError
+WRONG: dict[str, Any] = {
+    "i2": "x",
+    "i4": True,
+    "i8": 1.5,
+    "f8": "abc",
+    "b": 1,
+    "t": 5,
+    "by": "***",
+    "n": "!!",
+    "d": "x",
+    "tz": "2024-13-01T00:00:00Z",
+    "ia": ["a"],
+}
+
+
+def _events() -> list[tuple[bytes, bytes]]:
+    """(key, value) JSON events with schemas of the COLUMNS table: every value of every column
+    (the others cycling), nulls, inserts, updates, snapshot reads and deletes."""
+    row_fields = [
+        {"type": "int32", "optional": False, "field": "id"},
+        *({**schema, "optional": True, "field": name} for name, (schema, _) in COLUMNS.items()),
+    ]
+    row_schema = {"type": "struct", "fields": row_fields, "optional": True, "name": "srv.public.t.Value"}
+    schema = {
+        "type": "struct",
+        "name": "srv.public.t.Envelope",
+        "fields": [
+            {**row_schema, "field": "before"},
+            {**row_schema, "field": "after"},
+            {"type": "struct", "fields": [], "optional": False, "field": "source"},
+            {"type": "string", "optional": False, "field": "op"},
+        ],
+    }
+    key_schema = {"type": "struct", "fields": row_fields[:1], "optional": False, "name": "srv.public.t.Key"}
+    longest = max(len(values) for _, values in COLUMNS.values())
+    out = []
+    rows = 4 * longest + 4
+    for i in range(rows + len(WRONG)):
+        row: dict[str, Any] = {"id": i + 1}
+        for j, (name, (_, values)) in enumerate(COLUMNS.items()):
+            row[name] = None if (i + j) % 5 == 4 else values[(i // 4 + j) % len(values)]
+        op = "cdur"[i % 4]
+        if i >= rows:  # one wrong value
+            name = list(WRONG)[i - rows]
+            row[name], op = WRONG[name], "c"
+        before = row if op in "d" or i % 8 == 1 else None  # deletes, and some updates (REPLICA IDENTITY FULL)
+        if op == "d" and i % 8 == 2:
+            before = {"id": row["id"]}  # key only: REPLICA IDENTITY DEFAULT
+        source = {"connector": "postgresql", "name": "srv", "db": "d", "schema": "public", "table": "t"}
+        source.update({"ts_ms": 5 + i, "lsn": 7 + i, "txId": 3, "snapshot": "true" if op == "r" else "false"})
+        payload = {
+            "before": before,
+            "after": None if op == "d" else row,
+            "source": source,
+            "op": op,
+            "ts_ms": 6 + i,
+            "transaction": {"id": f"3:{7 + i}", "total_order": i, "data_collection_order": i},
+        }
+        key = {"schema": key_schema, "payload": {"id": row["id"]}}
+        out.append((orjson.dumps(key), orjson.dumps({"schema": schema, "payload": payload})))
+    return out
+
+
+class _Registry:
+    """The recorded registry subjects, from memory (``get_schema`` as SchemaRegistryClient has it)."""
+
+    def __init__(self) -> None:
+        subjects = json.loads((DATA / "avro_registry_subjects.json").read_text())
+        self._by_id = {
+            v["id"]: Schema(json.dumps(v["schema"]), "AVRO") for vs in subjects.values() for v in vs
+        }
+
+    def get_schema(self, schema_id: int) -> Any:
+        return self._by_id[schema_id]
+
+
+def _avro_events() -> list[tuple[str, bytes | None, bytes | None]]:
+    out = []
+    for line in (DATA / "avro_records_hex.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        key = bytes.fromhex(r["key_hex"]) if r.get("key_hex") else None
+        out.append((r["topic"], key, bytes.fromhex(r["value_hex"]) if r.get("value_hex") else None))
+    return out
+
+
+def _outcome(decode: Any, *args: Any) -> Any:
+    try:
+        return decode(*args)
+    except DecodeError as e:
+        return ("DecodeError", e.reason)
+
+
+def _compare(
+    records: list[tuple[str, bytes | None, bytes | None]], registry: Any = None
+) -> tuple[int, Decoder]:
+    """Decode ``records`` by the fast and the reference paths; assert the same; (the number of
+    changes, the fast decoder)."""
+    fast = Decoder(schema_registry=registry)
+    with pytest.MonkeyPatch.context() as mp:  # the reference decoder's plans and readers: none compiled
+        mp.setattr(decode_module, "_compile_row", lambda names, converters: None)
+        mp.setattr(avro_reader, "compile_reader", lambda schema: None)
+        reference = Decoder(schema_registry=registry)
+        want = [_outcome(reference.decode, topic, 0, i, k, v) for i, (topic, k, v) in enumerate(records)]
+    assert all(p.fill is None for p in reference._plans.values())
+    changes = 0
+    for i, (topic, k, v) in enumerate(records):
+        assert _outcome(fast.decode, topic, 0, i, k, v) == want[i], (i, want[i])
+        encoded = _outcome(fast.decode_encoded, topic, 0, i, k, v)
+        if isinstance(want[i], tuple):
+            assert encoded == want[i]
+            continue
+        assert len(encoded) == len(want[i])
+        for (record, data), expected in zip(encoded, want[i], strict=True):
+            assert pb.ChangeRecord.FromString(data) == expected
+            assert pb.ChangeRecord.FromString(expected.SerializeToString()) == pb.ChangeRecord.FromString(
+                data
+            )
+            without = pb.ChangeRecord()
+            without.CopyFrom(expected)
+            without.change.ClearField("schema")
+            assert record == without
+            changes += expected.HasField("change") and expected.change.HasField("schema")
+    assert all(p.fill is not None for p in fast._plans.values())
+    return changes, fast
+
+
+def test_json_events_decode_the_same_by_both_paths() -> None:
+    events = [("srv.public.t", k, v) for k, v in _events()]
+    changes, _ = _compare(events)
+    assert changes == len(events) - len(WRONG)  # the wrong encodings: DecodeErrors on both paths
+
+
+def test_recorded_avro_events_decode_the_same_by_both_paths() -> None:
+    changes, fast = _compare(_avro_events(), _Registry())
+    assert changes >= 3
+    writers = fast._schemas._schemas.values()
+    assert writers and all(w.reader is not None for w in writers)
