@@ -27,6 +27,7 @@ from inlet.services.cdc_consumer.types import PLACEHOLDER
 
 DATA = Path(__file__).resolve().parents[4].parent / "shared" / "testdata" / "debezium"
 PH_B64 = base64.b64encode(PLACEHOLDER.encode()).decode()
+PLACEHOLDERS = [PLACEHOLDER, PH_B64, [PLACEHOLDER], list(PLACEHOLDER.encode())]
 
 
 def _decimal(scale: int, precision: int) -> dict[str, Any]:
@@ -117,14 +118,23 @@ def _events() -> list[tuple[bytes, bytes]]:
     longest = max(len(values) for _, values in COLUMNS.values())
     out = []
     rows = 4 * longest + 4
-    for i in range(rows + len(WRONG)):
+    # an insert or snapshot read with a value equal to Debezium's placeholder in one column only
+    # (there it is the real value): each column that has one
+    alone = [(n, v) for n, (_, values) in COLUMNS.items() for v in values if v in PLACEHOLDERS]
+    for i in range(rows + len(WRONG) + 2 * len(alone)):
         row: dict[str, Any] = {"id": i + 1}
         for j, (name, (_, values)) in enumerate(COLUMNS.items()):
             row[name] = None if (i + j) % 5 == 4 else values[(i // 4 + j) % len(values)]
         op = "cdur"[i % 4]
-        if i >= rows:  # one wrong value
+        if rows <= i < rows + len(WRONG):  # one wrong value
             name = list(WRONG)[i - rows]
             row[name], op = WRONG[name], "c"
+        elif i >= rows + len(WRONG):
+            k = i - rows - len(WRONG)
+            row = {"id": i + 1, **{name: values[0] for name, (_, values) in COLUMNS.items()}}
+            row["hs"] = None  # a map (hstore) may always be a placeholder: the row would be searched anyway
+            row[alone[k // 2][0]] = alone[k // 2][1]
+            op = "cr"[k % 2]
         before = row if op in "d" or i % 8 == 1 else None  # deletes, and some updates (REPLICA IDENTITY FULL)
         if op == "d" and i % 8 == 2:
             before = {"id": row["id"]}  # key only: REPLICA IDENTITY DEFAULT
