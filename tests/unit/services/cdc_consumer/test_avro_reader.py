@@ -189,3 +189,17 @@ def test_a_schema_it_cannot_compile_is_left_to_fastavro() -> None:
     assert (
         compile_reader({"type": "record", "name": "R", "fields": [{"name": "x", "type": "Nowhere"}]}) is None
     )
+
+
+def test_a_union_of_more_than_63_branches() -> None:
+    """Its index may take two varint bytes (the compiled reader compares one byte otherwise)."""
+    branches = ["null", *({"type": "fixed", "name": f"F{k}", "size": 1} for k in range(70))]
+    schema = {"type": "record", "name": "Wide", "fields": [{"name": "u", "type": branches}]}
+    parsed = fastavro.parse_schema(schema)
+    reader = compile_reader(schema)
+    assert reader is not None
+    for k in (0, 1, 63, 64, 70):
+        data = bytes([k * 2]) if k < 64 else bytes([(k * 2) & 0x7F | 0x80, (k * 2) >> 7])
+        _same(data + b"x", schema, parsed, reader)
+        if k < 64:
+            assert reader(data + b"x")[1] == len(data) + (k > 0)

@@ -210,12 +210,22 @@ class _Gen:
 
     def union(self, out: list[str], ind: str, target: str, branches: list[Any], namespace: str) -> None:
         i = self.var()
-        self.long(out, ind, i)
+        bad = f"{ind}    raise ValueError(f'union index {{{i}}} of {len(branches)} branches')"
+        if len(branches) > 63:  # an index past one varint byte
+            self.long(out, ind, i)
+            for k, branch in enumerate(branches):
+                out.append(f"{ind}{'if' if k == 0 else 'elif'} {i} == {k}:")
+                self.emit(out, ind + "    ", target, branch, namespace)
+            out += [f"{ind}else:", bad]
+            return
+        # the index's one byte compared as it is (index k is zig-zag 2k)
+        out.append(f"{ind}{i} = data[pos]")
+        out.append(f"{ind}pos += 1")
         for k, branch in enumerate(branches):
-            out.append(f"{ind}{'if' if k == 0 else 'elif'} {i} == {k}:")
+            out.append(f"{ind}{'if' if k == 0 else 'elif'} {i} == {2 * k}:")
             self.emit(out, ind + "    ", target, branch, namespace)
-        out.append(f"{ind}else:")
-        out.append(f"{ind}    raise ValueError(f'union index {{{i}}} of {len(branches)} branches')")
+        out += [f"{ind}elif {i} >= 128:", f"{ind}    {i}, pos = long_rest(data, pos, {i})", bad]
+        out += [f"{ind}else:", f"{ind}    {i} = ({i} >> 1) ^ -({i} & 1)", bad]
 
     def blocks(self, out: list[str], ind: str, target: str, schema: dict[str, Any], namespace: str) -> None:
         is_map = schema["type"] == "map"
