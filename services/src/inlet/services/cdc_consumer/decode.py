@@ -112,6 +112,7 @@ _OPS = {
 _INTERNAL_COLLECTION = "io.debezium."
 #: how an Unchanged value is encoded in a Row (or a ListValue): field 1, 2 bytes, Value field 8 empty
 _ENCODED_UNCHANGED = b"\n\x02B\x00"
+_AVRO_MAGIC = bytes([avro.MAGIC])
 _SCHEMA_HEAD = b'{"schema":'
 _PAYLOAD_SEP = b',"payload":'
 
@@ -174,6 +175,7 @@ class Decoder:
         self.value_format = value_format
         self.catalog = catalog
         self._schemas = avro.SchemaCache(schema_registry)
+        self._avro_key_names: dict[int, tuple[str, ...]] = {}  # key schema id -> its fields
         self._json_plans: dict[bytes, dict[str, Any]] = {}  # value schema bytes -> {"fields" | "error"}
         self._json_heads: dict[str, tuple[bytes, bytes]] = {}  # topic -> (b'{"schema":S,"payload":', S)
         self._key_heads: dict[str, tuple[bytes, tuple[str, ...]]] = {}  # topic -> (key head, key names)
@@ -389,13 +391,17 @@ class Decoder:
         key_names: tuple[str, ...] | None = None
         key_payload: dict[str, Any] | None = None
         if key is not None:
-            if key[:1] == bytes([avro.MAGIC]):
+            if key[:1] == _AVRO_MAGIC:
                 key_id, key_body = avro.split(key)
                 key_writer = self._schemas.get(key_id)
                 key_payload = avro.read(key_body, key_writer)
                 if key_payload.__class__ is not dict:
                     raise DecodeError(f"Avro key of schema id {key_id} is not a record")
-                key_names = tuple(f["field"] for f in key_writer.connect.get("fields", ()))
+                key_names = self._avro_key_names.get(key_id)
+                if key_names is None:
+                    key_names = tuple(f["field"] for f in key_writer.connect.get("fields", ()))
+                    with self._lock:
+                        self._avro_key_names[key_id] = key_names
             else:
                 key_names, key_payload = self._json_key(topic, key)
         op = self._op(payload)
