@@ -1,6 +1,6 @@
 """The CDC consumer's fast paths give exactly what its reference paths give (issue #23 item 4).
 
-Fast: each plan's compiled row (``decode._compile_row``), each Avro writer schema's compiled reader
+Fast: each plan's compiled row (``decode._compile_row``) and one-integer key (``int_key``), each Avro writer schema's compiled reader
 (:mod:`inlet.services.cdc_consumer.avro_reader`) and :meth:`Decoder.decode_encoded` (the record
 without its schema, the schema's encoding appended). Reference: a decoder built with neither
 compiled (``_row``'s loop over the converters, fastavro) and ``decode`` + ``SerializeToString``.
@@ -190,10 +190,11 @@ def _compare(
     fast = Decoder(schema_registry=registry)
     with pytest.MonkeyPatch.context() as mp:  # the reference decoder's plans and readers: none compiled
         mp.setattr(decode_module, "_compile_row", lambda names, converters: None)
+        mp.setattr(decode_module, "_int_converter", None)  # no plan's key is "one integer column"
         mp.setattr(avro_reader, "compile_reader", lambda schema: None)
         reference = Decoder(schema_registry=registry)
         want = [_outcome(reference.decode, topic, 0, i, k, v) for i, (topic, k, v) in enumerate(records)]
-    assert all(p.fill is None for p in reference._plans.values())
+    assert all(p.fill is None and p.int_key is None for p in reference._plans.values())
     changes = 0
     for i, (topic, k, v) in enumerate(records):
         assert _outcome(fast.decode, topic, 0, i, k, v) == want[i], (i, want[i])
@@ -212,7 +213,7 @@ def _compare(
             without.change.ClearField("schema")
             assert record == without
             changes += expected.HasField("change") and expected.change.HasField("schema")
-    assert all(p.fill is not None for p in fast._plans.values())
+    assert all(p.fill is not None and p.int_key is not None for p in fast._plans.values())
     return changes, fast
 
 

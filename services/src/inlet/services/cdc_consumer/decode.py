@@ -84,6 +84,9 @@ from inlet.services.cdc_consumer.types import (
     key_text,
     placeholder_literal,
 )
+from inlet.services.cdc_consumer.types import (
+    _int as _int_converter,
+)
 
 __all__ = ["DecodeError", "Decoder", "KeylessMode", "ValueFormat", "row_record_key"]
 
@@ -113,6 +116,7 @@ _INTERNAL_COLLECTION = "io.debezium."
 #: how an Unchanged value is encoded in a Row (or a ListValue): field 1, 2 bytes, Value field 8 empty
 _ENCODED_UNCHANGED = b"\n\x02B\x00"
 _AVRO_MAGIC = bytes([avro.MAGIC])
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _SCHEMA_HEAD = b'{"schema":'
 _PAYLOAD_SEP = b',"payload":'
 
@@ -135,6 +139,9 @@ class _TablePlan:
     encoded_schema: bytes
     #: :func:`_row` compiled for these columns (:func:`_compile_row`)
     fill: Any = None
+    #: the key's name when the key is one integer column (converted as it is): the common key's
+    #: value and text without the general loop
+    int_key: str | None = None
 
 
 #: a change record without its schema, and the plan whose schema it has (None: it has none)
@@ -640,6 +647,9 @@ class Decoder:
             wire=wire,
             encoded_schema=pb.ChangeRecord(change=pb.ChangeEvent(schema=schema)).SerializeToString(),
             fill=_compile_row(names, converters),
+            int_key=key_names[0]
+            if key_names and len(key_names) == 1 and converters[key_indexes[0]] is _int_converter
+            else None,
         )
         with self._lock:
             self._plans[plan_key] = plan
@@ -718,6 +728,14 @@ class Decoder:
         if table_id in self.skipped:  # it has a primary key now: replicated from here on
             self._unskip(table_id)
         add = ev.key.values.add
+        if plan.int_key is not None:  # one integer column: its value, and its text as key_text has it
+            raw = key_payload.get(plan.int_key)
+            if raw.__class__ is int and _INT64_MIN <= raw <= _INT64_MAX:
+                add(int_value=raw)
+                ev.record_key = str(raw)
+                if old_key is not None and op == pb.OPERATION_CREATE:
+                    _fill_old_key(plan, ev, old_key)
+                return record, plan
         columns = plan.schema.columns
         texts = []
         for name, i in zip(plan.key_names, plan.key_indexes, strict=True):
