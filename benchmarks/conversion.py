@@ -55,7 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cdc_consumer import MemoryRegistry, avro_events, json_events
+from cdc_consumer import MemoryCatalog, MemoryRegistry, avro_events, json_events, schemaless
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer.decode import Decoder
@@ -128,20 +128,24 @@ def per_row(fn: Callable[[], Any], n: int, repeat: int = 3) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=20_000, help="rows (events) per part (default 20000)")
-    ap.add_argument("--profile", choices=("writer", "json", "avro"), help="profile one part instead")
+    ap.add_argument("--profile", choices=("writer", "json", "plain", "avro"), help="profile one part instead")
     args = ap.parse_args(argv)
     n = args.rows
     values = writer_values(n)
     topic, jpairs = json_events(n, "bench")
+    ppairs = schemaless(jpairs)
     registry = MemoryRegistry()
     atopic, apairs = avro_events(n, "bench")
     parts: dict[str, Callable[[], Any]] = {
         "writer": lambda: writer_run(values),
         "json": lambda: cdc_run(json_decoder, topic, jpairs),
+        "plain": lambda: cdc_run(plain_decoder, topic, ppairs),
         "avro": lambda: cdc_run(avro_decoder, atopic, apairs),
     }
     json_decoder, avro_decoder = Decoder(), Decoder(schema_registry=registry)
+    plain_decoder = Decoder(catalog=MemoryCatalog())
     cdc_run(json_decoder, topic, jpairs[:10])  # plans and schemas built outside the timing
+    cdc_run(plain_decoder, topic, ppairs[:10])
     cdc_run(avro_decoder, atopic, apairs[:10])
     if args.profile:
         prof = cProfile.Profile()
@@ -159,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             per_row(lambda: convert(parsed), n) if KEEP_RAW else None,
         ),
         ("cdc json: decode + encode (20 columns)", per_row(parts["json"], n)),
+        ("cdc json without schemas (catalog)", per_row(parts["plain"], n)),
         ("cdc avro: decode + encode (8 columns)", per_row(parts["avro"], n)),
     ]
     width = max(len(r[0]) for r in rows)
