@@ -86,6 +86,7 @@ class _Gen:
         self.named: dict[str, Any] = {}  # full name -> schema
         self.funcs: dict[str, str] = {}  # full name of a record read by a function -> its name
         self.pending: list[tuple[str, Any, str]] = []  # (function, record schema, namespace)
+        self.inlining: list[str] = []  # the records whose fields are being written out, outermost first
         self.consts: dict[str, Any] = {}
 
     def var(self) -> str:
@@ -189,10 +190,15 @@ class _Gen:
             out.append(f"{ind}{target} = {symbols}[{i}]")
         elif t in ("record", "error"):
             full = self.full(schema["name"], schema.get("namespace", namespace))
-            func = self.funcs.get(full)
+            ns = full.rsplit(".", 1)[0] if "." in full else ""
+            if full not in self.inlining and len(self.inlining) < 8:  # its fields read right here
+                self.inlining.append(full)
+                self.fields(out, ind, target, schema, ns)
+                self.inlining.pop()
+                return
+            func = self.funcs.get(full)  # a record inside itself: read by a function
             if func is None:
                 func = self.funcs[full] = f"r{len(self.funcs)}"
-                ns = full.rsplit(".", 1)[0] if "." in full else ""
                 self.pending.append((func, schema, ns))
             out.append(f"{ind}{target}, pos = {func}(data, pos, size)")
         elif t in ("array", "map"):
@@ -249,15 +255,21 @@ class _Gen:
             self.emit(out, body, item, schema["items"], namespace)
             out.append(f"{body}{target}.append({item})")
 
-    def record_function(self, func: str, schema: dict[str, Any], namespace: str) -> list[str]:
-        out = [f"def {func}(data, pos, size):"]
+    def fields(self, out: list[str], ind: str, target: str, schema: dict[str, Any], namespace: str) -> None:
+        """Lines that read a record's fields, then make ``target`` its dict (fields in order)."""
         names = []
         for f in schema.get("fields", ()):
             v = self.var()
-            self.emit(out, "    ", v, f["type"], namespace)
+            self.emit(out, ind, v, f["type"], namespace)
             names.append((f["name"], v))
         items = ", ".join(f"{name!r}: {v}" for name, v in names)
-        out.append(f"    return {{{items}}}, pos")
+        out.append(f"{ind}{target} = {{{items}}}")
+
+    def record_function(self, func: str, schema: dict[str, Any], namespace: str) -> list[str]:
+        out = [f"def {func}(data, pos, size):"]
+        self.inlining = [self.full(schema["name"], schema.get("namespace", namespace))]
+        self.fields(out, "    ", "out", schema, namespace)
+        out.append("    return out, pos")
         return out
 
 
