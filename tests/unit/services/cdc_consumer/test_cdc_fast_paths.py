@@ -24,6 +24,7 @@ from confluent_kafka.schema_registry import Schema
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer import DecodeError, Decoder, avro_reader
 from inlet.services.cdc_consumer import decode as decode_module
+from inlet.services.cdc_consumer.catalog import CatalogColumn
 from inlet.services.cdc_consumer.types import PLACEHOLDER
 
 DATA = Path(__file__).resolve().parents[4].parent / "shared" / "testdata" / "debezium"
@@ -154,6 +155,42 @@ def _events() -> list[tuple[bytes, bytes]]:
     return out
 
 
+#: the COLUMNS table as the source catalog has it (for the same events without schemas)
+CATALOG = {
+    c.name: c
+    for c in (
+        CatalogColumn("id", "int4", -1, True),
+        CatalogColumn("i2", "int2", -1, False),
+        CatalogColumn("i4", "int4", -1, False),
+        CatalogColumn("i8", "int8", -1, False),
+        CatalogColumn("f4", "float4", -1, False),
+        CatalogColumn("f8", "float8", -1, False),
+        CatalogColumn("b", "bool", -1, False),
+        CatalogColumn("t", "text", -1, False),
+        CatalogColumn("by", "bytea", -1, False),
+        CatalogColumn("n", "numeric", ((12 << 16) | 2) + 4, False),
+        CatalogColumn("vn", "numeric", -1, False),
+        CatalogColumn("d", "date", -1, False),
+        CatalogColumn("ts", "timestamp", -1, False),
+        CatalogColumn("tsm", "timestamp", 3, False),
+        CatalogColumn("tz", "timestamptz", -1, False),
+        CatalogColumn("tm", "time", -1, False),
+        CatalogColumn("j", "jsonb", -1, False),
+        CatalogColumn("u", "uuid", -1, False),
+        CatalogColumn("ta", "_text", -1, False, element_type="text"),
+        CatalogColumn("ia", "_int4", -1, False, element_type="int4"),
+        CatalogColumn("hs", "hstore", -1, False),
+        CatalogColumn("small", "int2", -1, False),
+        CatalogColumn("real", "float4", -1, False),
+    )
+}
+
+
+class _Catalog:
+    def columns(self, schema: str, table: str, refresh: bool = False) -> dict[str, CatalogColumn]:
+        return CATALOG
+
+
 class _Registry:
     """The recorded registry subjects, from memory (``get_schema`` as SchemaRegistryClient has it)."""
 
@@ -184,16 +221,16 @@ def _outcome(decode: Any, *args: Any) -> Any:
 
 
 def _compare(
-    records: list[tuple[str, bytes | None, bytes | None]], registry: Any = None
+    records: list[tuple[str, bytes | None, bytes | None]], registry: Any = None, catalog: Any = None
 ) -> tuple[int, Decoder]:
     """Decode ``records`` by the fast and the reference paths; assert the same; (the number of
     changes, the fast decoder)."""
-    fast = Decoder(schema_registry=registry)
+    fast = Decoder(schema_registry=registry, catalog=catalog)
     with pytest.MonkeyPatch.context() as mp:  # the reference decoder's plans and readers: none compiled
         mp.setattr(decode_module, "_compile_row", lambda names, converters: None)
         mp.setattr(decode_module, "_int_converter", None)  # no plan's key is "one integer column"
         mp.setattr(avro_reader, "compile_reader", lambda schema: None)
-        reference = Decoder(schema_registry=registry)
+        reference = Decoder(schema_registry=registry, catalog=catalog)
         want = [_outcome(reference.decode, topic, 0, i, k, v) for i, (topic, k, v) in enumerate(records)]
     assert all(p.fill is None and p.int_key is None for p in reference._plans.values())
     changes = 0
@@ -222,6 +259,20 @@ def test_json_events_decode_the_same_by_both_paths() -> None:
     events = [("srv.public.t", k, v) for k, v in _events()]
     changes, _ = _compare(events)
     assert changes == len(events) - len(WRONG)  # the wrong encodings: DecodeErrors on both paths
+
+
+def test_json_events_without_schemas_decode_the_same_by_both_paths() -> None:
+    """The same events as JsonConverter writes them with ``schemas.enable=false`` (column types from
+    the source catalog)."""
+    events = []
+    for k, v in _events():
+        payload = orjson.loads(v)["payload"]
+        for row in (payload["before"], payload["after"]):
+            if row and isinstance(row.get("hs"), dict):  # hstore.handling.mode=json: a string
+                row["hs"] = orjson.dumps(row["hs"]).decode()
+        events.append(("srv.public.t", orjson.dumps(orjson.loads(k)["payload"]), orjson.dumps(payload)))
+    changes, _ = _compare(events, catalog=_Catalog())
+    assert changes == len(events) - len(WRONG)
 
 
 def test_recorded_avro_events_decode_the_same_by_both_paths() -> None:

@@ -454,14 +454,16 @@ class Decoder:
                     # read again (max_age_s, refresh): a column's type may have changed under its name
                     self._forget(schema, table)
                 self._catalog_seen[(schema, table)] = cols
-            missing = [n for n in names if n not in cols]
+            plan_key = ("catalog", schema, table, names, key_names)
+            plan = self._plans.get(plan_key)
+            # a plan is kept only while the catalog's columns are (equal to) those it was made from,
+            # which held every one of these names
+            missing = [n for n in names if n not in cols] if plan is None else None
             if missing:
                 if attempt == 0:
                     self._forget(schema, table)
                     continue
                 raise DecodeError(f"column {missing[0]!r} of {schema}.{table} is not in the source catalog")
-            plan_key = ("catalog", schema, table, names, key_names)
-            plan = self._plans.get(plan_key)
             if plan is None:
                 fields = [connect_field(cols[n]) for n in names]
                 plan = self._plan(plan_key, fields, "json", key_names)
