@@ -164,7 +164,9 @@ def _decode_counted(
     a Python list: ~35 ns less a string value); any other is a list."""
     parsed = _Cells.FromString(b"".join(cells))
     nulls = cells.count(_NULL)
-    unch = cells.count(_UNCHANGED)
+    unch = len(parsed.unchanged)
+    if unch and cells.count(_UNCHANGED) != unch:  # only unchanged cells of exactly that encoding
+        raise _Fallback
     conversions = _conversions(arrow)
     by_kind: dict[str, Any] = {}
     total = 0
@@ -182,7 +184,7 @@ def _decode_counted(
             by_kind[name] = found  # converted below if the column has another kind too
         else:
             by_kind[name] = conversions[name](found)
-    if total + nulls + unch != len(cells) or len(parsed.unchanged) != unch:
+    if total + nulls + unch != len(cells):
         raise _Fallback  # a cell of two kinds, or one this path does not read
     if len(by_kind) > 1:  # kinds in cell order: each cell's tag byte says which
         its = {_TAGS[name]: iter(values) for name, values in by_kind.items()}
