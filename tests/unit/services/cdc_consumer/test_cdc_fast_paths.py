@@ -59,8 +59,12 @@ COLUMNS: dict[str, tuple[dict[str, Any], list[Any]]] = {
         {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal", "fields": []},
         [{"scale": 3, "value": _unscaled(12345)}, {"scale": 0, "value": _unscaled(-1)}],
     ),
-    "d": ({"type": "int32", "name": "io.debezium.time.Date"}, [19782, -2440588]),
-    "ts": ({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, [1529507596945104, 0]),
+    # the dates and timestamps with Debezium's encodings of 'infinity' / '-infinity' too
+    "d": ({"type": "int32", "name": "io.debezium.time.Date"}, [19782, -2440588, -2147472692, -2147472691]),
+    "ts": (
+        {"type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+        [1529507596945104, 0, 9223372036825200000, -9223372036832400000],
+    ),
     "tsm": ({"type": "int64", "name": "io.debezium.time.Timestamp"}, [1529507596945, -5]),
     "tz": (
         {"type": "string", "name": "io.debezium.time.ZonedTimestamp"},
@@ -84,6 +88,7 @@ COLUMNS: dict[str, tuple[dict[str, Any], list[Any]]] = {
 
 #: a value of the wrong encoding per column (an insert each): both paths raise the same DecodeError
 WRONG: dict[str, Any] = {
+    "f4": True,  # a boolean is no number
     "i2": "x",
     "i4": True,
     "i8": 1.5,
