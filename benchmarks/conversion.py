@@ -22,34 +22,33 @@ One process, no Kafka, no table (CPU seconds of this process, ``time.process_tim
 
 ``--profile`` runs one part under cProfile and prints its top functions instead.
 
-Results on this machine (2 cores shared with other work, load average 6-9 during the runs: CPU time is
+Results on this machine (2 cores shared with other work, load average 7-11 during the runs: CPU time is
 what counts), 20,000 rows, CPU µs per row (rows per CPU second), the range of three runs; before = the
 code of commit 5e6fc51, run by this script in the same three rounds, alternating with after:
 
 =========================================  ===========================  ===========================
 part                                       before (5e6fc51)             after
 =========================================  ===========================  ===========================
-writer: parse + to_arrow (20 columns)      14.4-15.1 (66,400-69,400/s)  14.1-14.8 (67,800-71,000/s)
-  parse (ChangeRecord.FromString)          5.5-5.7                      5.5-5.7
-  to_arrow, row by row (no Change.raw)     31.4-36.9                    30.2-34.9
-  to_arrow, column by column (Change.raw)  7.6-7.8                      7.7-7.9
-cdc json: decode + encode (20 columns)     23.9-25.6 (39,000-41,900/s)  18.9-20.5 (48,800-53,000/s)
-cdc json without schemas (catalog)         25.1-26.7 (37,500-39,800/s)  19.6-21.2 (47,100-50,900/s)
-cdc avro: decode + encode (8 columns)      36.6-38.6 (25,900-27,300/s)  25.6-27.0 (37,000-39,000/s)
+writer: parse + to_arrow (20 columns)      13.8-14.9 (67,200-72,600/s)  13.4-13.9 (72,000-74,800/s)
+  parse (ChangeRecord.FromString)          5.3-5.8                      5.3-5.6
+  to_arrow, row by row (no Change.raw)     31.4-33.9                    31.3-31.8
+  to_arrow, column by column (Change.raw)  7.6-8.2                      7.2-7.2
+cdc json: decode + encode (20 columns)     24.1-24.9 (40,200-41,500/s)  18.5-18.9 (52,900-54,100/s)
+cdc json without schemas (catalog)         25.2-26.5 (37,700-39,700/s)  18.4-18.7 (53,600-54,400/s)
+cdc avro: decode + encode (8 columns)      35.9-37.6 (26,600-27,900/s)  24.9-25.7 (38,900-40,200/s)
 =========================================  ===========================  ===========================
 
 (The code this benchmark was first written against, commit ab1d126, took 56.1 µs a row in the writer
-and 28.2 / 41.4 µs an event for JSON / Avro.) The writer's code did not change in this round: the
-numbers above measure the same code twice (noise: ~5 %).
+and 28.2 / 41.4 µs an event for JSON / Avro.)
 
-Targets (issue #23 item 4): the CDC consumer's >= 50,000 events per CPU second is met for JSON with
-schemas (two runs of three above it, one at 48,800/s) and at the edge without schemas (47,100-50,900/s);
-not for Avro (37,000-39,000/s). The writer's <= 5 µs a row is not met (~14.5): see docs/writer.md
-for where its time goes and why that target needs the Kafka contract to change.
+Targets (issue #23 item 4): the CDC consumer's >= 50,000 events per CPU second is met for JSON, with
+and without schemas (52,900-54,400/s in every run); not for Avro (38,900-40,200/s). The writer's
+<= 5 µs a row is not met (~13.7): see docs/writer.md for where its time goes and why that target
+needs the Kafka contract to change.
 
 Where the rest goes: the writer's column path spends ~2 µs a row parsing the batch again (and listing
-its cells), ~3.6 µs decoding the 20 columns' cells into Python lists (~0.11 µs a column; the list
-column ~0.9) and ~1 µs on Arrow arrays, ~0.5 on the meta columns; the per-record parse (5.5 µs) stays:
+its cells), ~3 µs decoding the 20 columns' cells (~0.1 µs a column; the list column ~0.9) and ~1 µs
+on Arrow arrays, ~0.5 on the meta columns; the per-record parse (5.5 µs) stays:
 the service needs each event to route it and to dead-letter an undecodable record as it arrives. A
 parse with the schema left as bytes takes 4.0 µs, with every row left as bytes 2.2 µs (the floor of a
 per-record protobuf parse here). The CDC consumer: see docs/cdc.md (JSON: ~5 µs building the 20
