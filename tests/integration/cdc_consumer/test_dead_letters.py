@@ -34,12 +34,12 @@ BUG_MARKER = b'{"trigger":"decoder bug"}'
 class BuggyDecoder(Decoder):
     """The real decoder, plus a bug a real record cannot trigger: an unexpected exception on one marker."""
 
-    def decode(
+    def decode_encoded(  # what the service calls
         self, topic: str, partition: int, offset: int, key: Any, value: Any, headers: Any = None
     ) -> Any:
         if value == BUG_MARKER:
             raise RuntimeError("boom")
-        return super().decode(topic, partition, offset, key, value, headers)
+        return super().decode_encoded(topic, partition, offset, key, value, headers)
 
 
 _inlet = run_inlet

@@ -363,7 +363,7 @@ class CdcConsumerService:
         assert producer is not None
         batch = _Batch()
         positions = batch.positions
-        decode = self.decoder.decode
+        decode = self.decoder.decode_encoded  # changes without their schema: their encoding has it
         observe = self.metrics.decode_seconds.observe
         perf = time.perf_counter
         produce = producer.produce
@@ -408,7 +408,7 @@ class CdcConsumerService:
                 (H_SOURCE_OFFSET, str(offset).encode()),
             ]
             ack = batch.acker((topic, partition, offset))
-            for rec in records:
+            for rec, value in records:
                 if rec.HasField("change"):
                     change = rec.change
                     table = change.table_id
@@ -426,7 +426,6 @@ class CdcConsumerService:
                         if version  # a truncate has no row schema
                         else [(H_KIND, KIND_CHANGE), *src]
                     )
-                    value = rec.SerializeToString()
                     if change.op == truncate:  # every partition's writer must see it, in order
                         tx_id = change.transaction.id
                         for p in range(self._output_partitions(out_topic)):
@@ -482,7 +481,6 @@ class CdcConsumerService:
                             (table, tx.id), ParkedEnd(batch, out_topic, rec, headers, tx.table_event_count)
                         )
                         continue
-                    value = rec.SerializeToString()
                     n = self._output_partitions(out_topic)
                     for p in range(n):
                         self._produce(batch, out_topic, value, tx.id.encode(), headers, p, ack, source=m)

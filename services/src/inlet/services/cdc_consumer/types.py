@@ -20,6 +20,7 @@ import hashlib
 import re
 import struct
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,9 @@ _INT64_MAX = 2**63 - 1
 _INT64_MIN = -(2**63)
 
 _UNCHANGED_MSG = pb.Unchanged()
+#: the placeholders a converter made by :func:`_string_with` ("string") or :func:`_list` ("list")
+#: compares a value with (the CDC consumer's compiled rows write the comparison out)
+PLACEHOLDERS: weakref.WeakKeyDictionary[Converter, tuple[str, Any]] = weakref.WeakKeyDictionary()
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _ONE_US = dt.timedelta(microseconds=1)
@@ -152,6 +156,7 @@ def _string_with(placeholders: frozenset[str]) -> Converter:
         else:
             add(string_value=raw)
 
+    PLACEHOLDERS[conv] = ("string", placeholders)
     return conv
 
 
@@ -396,6 +401,7 @@ def _list(element: Converter, placeholders: list[Any]) -> Converter:
             else:
                 element(add_elem, v)
 
+    PLACEHOLDERS[conv] = ("list", placeholders)
     return conv
 
 
