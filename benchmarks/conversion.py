@@ -35,14 +35,14 @@ writer: parse + to_arrow (20 columns)      13.8-14.9 (67,200-72,600/s)  13.4-13.
   to_arrow, column by column (Change.raw)  7.6-8.2                      7.2-7.2
 cdc json: decode + encode (20 columns)     24.1-24.9 (40,200-41,500/s)  18.5-18.9 (52,900-54,100/s)
 cdc json without schemas (catalog)         25.2-26.5 (37,700-39,700/s)  18.4-18.7 (53,600-54,400/s)
-cdc avro: decode + encode (8 columns)      35.9-37.6 (26,600-27,900/s)  24.9-25.7 (38,900-40,200/s)
+cdc avro: decode + encode (8 columns)      35.9-37.6 (26,600-27,900/s)  30.9-31.0 (32,300-32,400/s)
 =========================================  ===========================  ===========================
 
 (The code this benchmark was first written against, commit ab1d126, took 56.1 µs a row in the writer
 and 28.2 / 41.4 µs an event for JSON / Avro.)
 
 Targets (issue #23 item 4): the CDC consumer's >= 50,000 events per CPU second is met for JSON, with
-and without schemas (52,900-54,400/s in every run); not for Avro (38,900-40,200/s). The writer's
+and without schemas (52,900-54,400/s in every run); not for Avro (32,300-32,400/s, fastavro reading the bodies). The writer's
 <= 5 µs a row is not met (~13.7): see docs/writer.md for where its time goes and why that target
 needs the Kafka contract to change.
 
@@ -52,8 +52,8 @@ on Arrow arrays, ~0.5 on the meta columns; the per-record parse (5.5 µs) stays:
 the service needs each event to route it and to dead-letter an undecodable record as it arrives. A
 parse with the schema left as bytes takes 4.0 µs, with every row left as bytes 2.2 µs (the floor of a
 per-record protobuf parse here). The CDC consumer: see docs/cdc.md (JSON: ~5 µs building the 20
-``Value`` protobufs, one call each; Avro: ~12 µs reading the value and key bodies, ~11 µs building
-the change).
+``Value`` protobufs, one call each; Avro: ~17 µs fastavro reading the value and key bodies, ~11 µs
+building the change).
 """
 
 from __future__ import annotations

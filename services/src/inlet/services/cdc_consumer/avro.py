@@ -16,7 +16,6 @@ from typing import Any
 import fastavro
 import orjson
 
-from inlet.services.cdc_consumer import avro_reader
 from inlet.services.cdc_consumer.errors import DecodeError
 
 MAGIC = 0
@@ -28,8 +27,6 @@ class WriterSchema:
     schema_id: int
     parsed: Any  # fastavro's parsed schema
     connect: dict[str, Any]  # the schema in Kafka Connect form
-    #: the schema's compiled reader (:mod:`.avro_reader`); None: fastavro reads it
-    reader: avro_reader.Reader | None = None
 
 
 def split(data: bytes) -> tuple[int, memoryview]:
@@ -155,29 +152,24 @@ class SchemaCache:
             raise DecodeError(f"schema id {schema_id} is {schema.schema_type}, not Avro")
         try:
             raw = orjson.loads(schema.schema_str)
-            plain = _strip_logical(raw)
-            parsed = fastavro.parse_schema(plain)
+            parsed = fastavro.parse_schema(_strip_logical(raw))
         except Exception as e:
             raise DecodeError(f"schema id {schema_id} is not a valid Avro schema: {e}") from None
-        return WriterSchema(schema_id, parsed, to_connect(raw), avro_reader.compile_reader(plain))
+        return WriterSchema(schema_id, parsed, to_connect(raw))
 
 
 def read(body: memoryview, writer: WriterSchema) -> Any:
     """One Avro datum; a truncated or corrupt body raises :class:`DecodeError`."""
+    buf = io.BytesIO(body)
     try:
-        if writer.reader is not None:
-            datum, end = writer.reader(bytes(body))
-        else:
-            buf = io.BytesIO(body)
-            datum = fastavro.schemaless_reader(buf, writer.parsed, None)
-            end = buf.tell()
-    except Exception as e:  # EOFError, IndexError, StopIteration, UnicodeDecodeError, ...
+        datum = fastavro.schemaless_reader(buf, writer.parsed, None)
+    except Exception as e:  # EOFError, StopIteration, UnicodeDecodeError, ...
         raise DecodeError(
             f"Avro body does not match schema id {writer.schema_id} (truncated or corrupt): {type(e).__name__}"
             f"{': ' + str(e) if str(e) else ''}"
         ) from None
-    if end != len(body):
+    if buf.tell() != len(body):
         raise DecodeError(
-            f"Avro body has {len(body) - end} bytes left over after a record of schema id {writer.schema_id}"
+            f"Avro body has {len(body) - buf.tell()} bytes left over after a record of schema id {writer.schema_id}"
         )
     return datum
