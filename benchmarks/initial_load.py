@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/initial_load.py [--rows 1000000] [--paths new,old,spark] [--workers 2]
                                                 [--pages-per-range 4096] [--spark-master local[2]]
+                                                [--spark-conf K=V ...]
 
 What runs, on this machine: an embedded PostgreSQL in a temporary directory and the commit
 coordinator in this process; ``items`` (id bigint primary key and 19 more columns: smallint, int,
@@ -16,14 +17,17 @@ each one's peak RSS is its own), into its own lake:
   to one CSV file in the snapshot, read into one Arrow table, written in one ``bulk_insert``;
 - ``spark``: the same load with ``--engine spark`` (:mod:`inlet.services.writer.spark_load`) on
   ``--spark-master`` (default ``local[2]``): each range a Spark task, a wave of
-  ``spark.default.parallelism`` ranges per commit. Its CPU seconds and peak RSS include the
-  Spark JVM and its Python workers (``RUSAGE_CHILDREN`` once the JVM has exited): the peak RSS
-  column is then the driver's, and the ``children`` one the largest of the JVM and its workers.
+  ``spark.default.parallelism`` ranges per commit (``--spark-conf K=V``: Spark settings).
 
-Printed per path: rows, wall seconds, rows/s, CPU seconds of the loading process and of
-PostgreSQL (the postmaster, its live processes and the backends it reaped), rows per CPU-second
-(both together), and the loading process's peak RSS (``getrusage``). The machine's other load
-counts in the wall time: the CPU-second figures are the steadier ones.
+Printed per path: rows; wall seconds from the loading process's start to its exit and rows/s
+over them (end to end: Python, the JVM's start and stop included), and the same for the load
+alone; CPU seconds of the loading processes (the loader, its JVM and the Python workers the JVM
+forks, sampled from /proc by :class:`TreeSampler`) and of PostgreSQL (the postmaster, its live
+processes and the backends it reaped); rows per CPU-second (both together); the peak RSS of each
+process (the largest of each kind: ``VmHWM``); the load average (1 min) at the start, its
+largest and at the end. After each path the lake's table is read back (a snapshot read of its
+key column) and must hold every id once. The machine's other load counts in the wall time: the
+CPU-second and RSS figures are the steadier ones.
 """
 
 from __future__ import annotations
@@ -346,6 +350,7 @@ def main() -> int:
                     if args.progress:
                         argv.append("--progress")
                     load0 = os.getloadavg()[0]
+                    began = time.monotonic()
                     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
                     sampler = TreeSampler({"loader": proc.pid, "postgres": pg.pid or 0})
                     sampler.start()
@@ -354,6 +359,7 @@ def main() -> int:
                         loads.append(os.getloadavg()[0])
                         time.sleep(1.0)
                     out, _ = proc.communicate()
+                    wall = time.monotonic() - began
                     roles = sampler.stop()
                     if proc.returncode != 0:
                         raise SystemExit(f"the {path} load failed (exit {proc.returncode})")
@@ -361,6 +367,7 @@ def main() -> int:
                     r = json.loads(out.strip().splitlines()[-1])
                     r["load_avg"] = (load0, max(loads or [load0]), os.getloadavg()[0])
                     r["roles"] = roles
+                    r["wall"] = wall
                     lake_rows, distinct = _lake_rows(r["table"])
                     if lake_rows != n or distinct != n:
                         raise SystemExit(
@@ -378,16 +385,28 @@ def main() -> int:
     ).stdout.strip()
     print(f"commit {commit}; lake checked: every path's table holds all {n:,} ids once (snapshot read)")
     print(
-        f"{'path':<5} {'rows':>11} {'seconds':>8} {'rows/s':>9} {'load cpu s':>10} {'pg cpu s':>9} "
-        f"{'rows/cpu-s':>10} {'loader MiB':>10} {'load avg (start/max/end)':>24}"
+        f"{'path':<5} {'rows':>11} {'wall s':>7} {'rows/s':>8} {'load s':>7} {'rows/s':>8} {'loader cpu s':>12} "
+        f"{'pg cpu s':>8} {'rows/cpu-s':>10} {'peak RSS MiB: loader / JVM / Spark Python / PG':>47} "
+        f"{'load avg (start/max/end)':>24}"
     )
     for path, r, pg_cpu in results:
-        cpu = r["cpu"] + pg_cpu
+        roles = r["roles"]
+        own = sum(v["cpu"] for k, v in roles.items() if k != "postgres")
+        peaks = " / ".join(
+            "-" if k not in roles else f"{roles[k]['peak_mib']:,.0f}"
+            for k in ("loader", "jvm", "spark python", "postgres")
+        )
         avg = "/".join(f"{x:.1f}" for x in r["load_avg"])
         print(
-            f"{path:<5} {r['rows']:>11,} {r['seconds']:>8.1f} {r['rows'] / r['seconds']:>9,.0f} "
-            f"{r['cpu']:>10.1f} {pg_cpu:>9.1f} {r['rows'] / cpu:>10,.0f} {r['peak_mib']:>10,.0f} {avg:>24}"
+            f"{path:<5} {r['rows']:>11,} {r['wall']:>7.1f} {r['rows'] / r['wall']:>8,.0f} {r['seconds']:>7.1f} "
+            f"{r['rows'] / r['seconds']:>8,.0f} {own:>12.1f} {pg_cpu:>8.1f} {r['rows'] / (own + pg_cpu):>10,.0f} "
+            f"{peaks:>47} {avg:>24}"
         )
+    print(
+        "wall s: the loading process from start to exit (Python, JVM start and stop included); load s: "
+        "from its imports done to the load returned; loader cpu s: the loading process, its JVM and the "
+        "JVM's Python workers (sampled below); pg cpu s: the postmaster and every backend, reaped ones too"
+    )
     print("per process (sampled from /proc every 0.5 s: CPU seconds of the processes seen, largest peak RSS)")
     print(f"{'path':<5} {'role':<13} {'processes':>9} {'cpu s':>7} {'peak RSS MiB':>12}")
     for path, r, _ in results:
