@@ -179,6 +179,8 @@ class TreeSampler(threading.Thread):
                 old = self.seen.get(pid)
                 if old is not None:
                     peak = max(peak, old[2])
+                    if old[0] in ("jvm", "spark python"):
+                        r = old[0]  # an exiting JVM's comm may no longer read "java"
                 self.seen[pid] = (r, max(cpu[pid], old[1] if old else 0.0), peak)
                 todo.extend((c, r) for c in children.get(pid, []))
 
