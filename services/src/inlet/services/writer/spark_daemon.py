@@ -7,9 +7,10 @@ for Inlet's tasks that is pyarrow, pandas (pyarrow imports it on first use), num
 the core's writer, about 1.5-2 CPU-seconds per worker, paid again by every worker (a ``local[2]``
 load forked ten) and about half of a 1M-row load's Python CPU. Imported here, the workers share
 them from the fork. PySpark's note that a worker module should be imported after the fork is about
-threads a module starts: these start none that a forked child needs (pyarrow's allocator thread is
-jemalloc's, which handles ``fork``; its thread pools start on first use), and the load's and the
-writer's Spark tests run with this daemon.
+threads a module starts: importing these starts only pyarrow's allocator background threads, which
+a forked child does without (its thread pools start on first use, in the worker). Workers forked
+from this daemon run the Spark stack's end-to-end test (``tests/e2e/replication/test_initial_load.py``)
+and ``benchmarks/initial_load.py``; the Spark unit tests' session uses PySpark's own daemon.
 """
 
 from __future__ import annotations
