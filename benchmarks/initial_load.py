@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/initial_load.py [--rows 1000000] [--paths new,old,spark] [--workers 2]
                                                 [--pages-per-range 4096] [--spark-master local[2]]
+                                                [--spark-conf K=V ...]
 
 What runs, on this machine: an embedded PostgreSQL in a temporary directory and the commit
 coordinator in this process; ``items`` (id bigint primary key and 19 more columns: smallint, int,
@@ -16,14 +17,17 @@ each one's peak RSS is its own), into its own lake:
   to one CSV file in the snapshot, read into one Arrow table, written in one ``bulk_insert``;
 - ``spark``: the same load with ``--engine spark`` (:mod:`inlet.services.writer.spark_load`) on
   ``--spark-master`` (default ``local[2]``): each range a Spark task, a wave of
-  ``spark.default.parallelism`` ranges per commit. Its CPU seconds and peak RSS include the
-  Spark JVM and its Python workers (``RUSAGE_CHILDREN`` once the JVM has exited): the peak RSS
-  column is then the driver's, and the ``children`` one the largest of the JVM and its workers.
+  ``spark.default.parallelism`` ranges per commit (``--spark-conf K=V``: Spark settings).
 
-Printed per path: rows, wall seconds, rows/s, CPU seconds of the loading process and of
-PostgreSQL (the postmaster, its live processes and the backends it reaped), rows per CPU-second
-(both together), and the loading process's peak RSS (``getrusage``). The machine's other load
-counts in the wall time: the CPU-second figures are the steadier ones.
+Printed per path: rows; wall seconds from the loading process's start to its exit and rows/s
+over them (end to end: Python, the JVM's start and stop included), and the same for the load
+alone; CPU seconds of the loading processes (the loader, its JVM and the Python workers the JVM
+forks, sampled from /proc by :class:`TreeSampler`) and of PostgreSQL (the postmaster, its live
+processes and the backends it reaped); rows per CPU-second (both together); the peak RSS of each
+process (the largest of each kind: ``VmHWM``); the load average (1 min) at the start, its
+largest and at the end. After each path the lake's table is read back (a snapshot read of its
+key column) and must hold every id once. The machine's other load counts in the wall time: the
+CPU-second and RSS figures are the steadier ones.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -106,6 +111,108 @@ def _cpu_of(pid: int) -> float:
     return total / tick
 
 
+class TreeSampler(threading.Thread):
+    """Samples the process trees under ``roots`` (role -> pid) every ``interval_s`` from /proc: each
+    process's own CPU seconds (utime + stime, last seen) and peak RSS (``VmHWM``, the kernel's high
+    water mark, so a peak between samples is not missed while the process lives). A process is
+    counted in its root's role, except a ``java`` process (``jvm``) and the processes under it
+    (``spark python``, the Python workers the JVM forks)."""
+
+    def __init__(self, roots: dict[str, int], interval_s: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        self.roots = roots
+        self.interval_s = interval_s
+        self.seen: dict[int, tuple[str, float, int]] = {}  # pid -> (role, cpu s, peak KiB)
+        self._done = threading.Event()
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._before = self._cpu()  # CPU a process had used before sampling began is not counted
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        """Stop sampling; per role: processes seen, CPU seconds (sum), peak RSS MiB (the largest)."""
+        self._done.set()
+        self.join()
+        self.sample()
+        out: dict[str, dict[str, float]] = {}
+        for role, cpu, peak in self.seen.values():
+            r = out.setdefault(role, {"processes": 0, "cpu": 0.0, "peak_mib": 0.0})
+            r["processes"] += 1
+            r["cpu"] += cpu
+            r["peak_mib"] = max(r["peak_mib"], peak / 1024)
+        return out
+
+    def _cpu(self) -> dict[int, tuple[int, float]]:
+        """pid -> (parent pid, own CPU seconds) of every process."""
+        out: dict[int, tuple[int, float]] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                text = Path(f"/proc/{entry.name}/stat").read_text()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2 :].split()
+            out[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / self._tick)
+        return out
+
+    def sample(self) -> None:
+        now = self._cpu()
+        parent = {pid: v[0] for pid, v in now.items()}
+        cpu = {pid: v[1] - self._before.get(pid, (0, 0.0))[1] for pid, v in now.items()}
+        children: dict[int, list[int]] = {}
+        for pid, ppid in parent.items():
+            children.setdefault(ppid, []).append(pid)
+        for role, root in self.roots.items():
+            todo = [(root, role)]
+            while todo:
+                pid, r = todo.pop()
+                if pid not in cpu:
+                    continue
+                if r == role and self._is_java(pid):
+                    r = "jvm"
+                elif r == "jvm":
+                    r = "spark python"
+                peak = self._peak_kib(pid)
+                old = self.seen.get(pid)
+                if old is not None:
+                    peak = max(peak, old[2])
+                    if old[0] in ("jvm", "spark python"):
+                        r = old[0]  # an exiting JVM's comm may no longer read "java"
+                self.seen[pid] = (r, max(cpu[pid], old[1] if old else 0.0), peak)
+                todo.extend((c, r) for c in children.get(pid, []))
+
+    @staticmethod
+    def _is_java(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+        except OSError:
+            return False
+
+    @staticmethod
+    def _peak_kib(pid: int) -> int:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+
+def _lake_rows(path: str) -> tuple[int, int]:
+    """The rows of the loaded table at ``path`` (a snapshot read of its key column, logs merged)
+    and how many distinct ids they hold."""
+    import pyarrow.compute as pc
+
+    from inlet.core import HudiTable
+
+    ids = HudiTable.open(path).read(columns=["id"], meta_columns=False).column("id")
+    return len(ids), int(pc.count_distinct(ids).as_py())
+
+
 def child(args: argparse.Namespace) -> int:
     """One path's load in this (child) process; prints its numbers as JSON."""
     from inlet.services import logs
@@ -119,7 +226,8 @@ def child(args: argparse.Namespace) -> int:
     if args.path == "spark":
         from inlet.services.writer import spark_load
 
-        spark = spark_load.spark_session(args.spark_master, {}, "inlet load benchmark")
+        conf = dict(kv.split("=", 1) for kv in args.spark_conf)
+        spark = spark_load.spark_session(args.spark_master, conf, "inlet load benchmark")
     with CoordinatorClient(args.coordinator) as client:
         if args.path in ("new", "spark"):
             summary = initial_load.load(
@@ -133,9 +241,9 @@ def child(args: argparse.Namespace) -> int:
                 options=initial_load.LoadOptions(workers=args.workers, pages_per_range=args.pages_per_range),
                 spark=spark,
             )
-            rows = summary.loaded[0].rows
+            rows, table_path = summary.loaded[0].rows, summary.loaded[0].path
         else:
-            rows = _old_load(args.url, client, args.lake)
+            rows, table_path = _old_load(args.url, client, args.lake)
     seconds = time.monotonic() - started
     if spark is not None:
         spark_load.stop_session(spark)  # the JVM exits and is reaped: its usage is in RUSAGE_CHILDREN
@@ -143,13 +251,13 @@ def child(args: argparse.Namespace) -> int:
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu += kids.ru_utime + kids.ru_stime
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out = {"rows": rows, "seconds": seconds, "cpu": cpu, "peak_mib": peak_kib / 1024}
+    out = {"rows": rows, "seconds": seconds, "cpu": cpu, "peak_mib": peak_kib / 1024, "table": table_path}
     out["children_peak_mib"] = kids.ru_maxrss / 1024
     print(json.dumps(out))
     return 0
 
 
-def _old_load(url: str, client: Any, lake: str) -> int:
+def _old_load(url: str, client: Any, lake: str) -> tuple[int, str]:
     """The load before ranges: one CSV spool, one Arrow table, one bulk_insert."""
     from inlet.core import HudiTable
     from inlet.core.storage import Storage
@@ -178,7 +286,7 @@ def _old_load(url: str, client: Any, lake: str) -> int:
             )
             hudi = HudiTable.open(path, commit_protocol=GrpcCommitProtocol(client, table_id, Storage(path)))
             hudi.write(data, "bulk_insert", {}, extra_metadata={initial_load.LOAD_LSN_KEY: str(snap.lsn)})
-            return int(data.num_rows)
+            return int(data.num_rows), path
     finally:
         catalog.close()
 
@@ -188,6 +296,9 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--paths", default="new,old", help="comma-separated: new, old, spark")
     ap.add_argument("--spark-master", default="local[2]", help="the spark path's master")
+    ap.add_argument(
+        "--spark-conf", action="append", default=[], metavar="K=V", help="a Spark setting of the spark path"
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--pages-per-range", type=int, default=4096)
     ap.add_argument("--progress", action="store_true", help="the load's INFO lines on stderr")
@@ -237,28 +348,72 @@ def main() -> int:
                     argv += ["--coordinator", server.address, "--lake", str(lakes[path])]
                     argv += ["--workers", str(args.workers), "--pages-per-range", str(args.pages_per_range)]
                     argv += ["--spark-master", args.spark_master]
+                    argv += [f"--spark-conf={kv}" for kv in args.spark_conf]
                     if args.progress:
                         argv.append("--progress")
-                    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=True)
+                    load0 = os.getloadavg()[0]
+                    began = time.monotonic()
+                    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+                    sampler = TreeSampler({"loader": proc.pid, "postgres": pg.pid or 0})
+                    sampler.start()
+                    loads = []
+                    while proc.poll() is None:
+                        loads.append(os.getloadavg()[0])
+                        time.sleep(1.0)
+                    out, _ = proc.communicate()
+                    wall = time.monotonic() - began
+                    roles = sampler.stop()
+                    if proc.returncode != 0:
+                        raise SystemExit(f"the {path} load failed (exit {proc.returncode})")
                     pg_cpu = _cpu_of(pg.pid or 0) - pg_cpu0
-                    results.append((path, json.loads(done.stdout.strip().splitlines()[-1]), pg_cpu))
+                    r = json.loads(out.strip().splitlines()[-1])
+                    r["load_avg"] = (load0, max(loads or [load0]), os.getloadavg()[0])
+                    r["roles"] = roles
+                    r["wall"] = wall
+                    lake_rows, distinct = _lake_rows(r["table"])
+                    if lake_rows != n or distinct != n:
+                        raise SystemExit(
+                            f"the {path} load left {lake_rows:,} rows ({distinct:,} ids) in the lake, not {n:,}"
+                        )
+                    results.append((path, r, pg_cpu))
                     with psycopg.connect(url, autocommit=True) as conn:
                         conn.execute("SELECT pg_drop_replication_slot(%s)", (f"bench_{path}",))
             finally:
                 server.stop(0)
         finally:
             pg.stop()
+    commit = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
+    print(f"commit {commit}; lake checked: every path's table holds all {n:,} ids once (snapshot read)")
     print(
-        f"{'path':<5} {'rows':>11} {'seconds':>8} {'rows/s':>9} {'load cpu s':>10} {'pg cpu s':>9} "
-        f"{'rows/cpu-s':>10} {'peak RSS MiB':>12} {'children MiB':>12}"
+        f"{'path':<5} {'rows':>11} {'wall s':>7} {'rows/s':>8} {'load s':>7} {'rows/s':>8} {'loader cpu s':>12} "
+        f"{'pg cpu s':>8} {'rows/cpu-s':>10} {'peak RSS MiB: loader / JVM / Spark Python / PG':>47} "
+        f"{'load avg (start/max/end)':>24}"
     )
     for path, r, pg_cpu in results:
-        cpu = r["cpu"] + pg_cpu
-        print(
-            f"{path:<5} {r['rows']:>11,} {r['seconds']:>8.1f} {r['rows'] / r['seconds']:>9,.0f} "
-            f"{r['cpu']:>10.1f} {pg_cpu:>9.1f} {r['rows'] / cpu:>10,.0f} {r['peak_mib']:>12,.0f} "
-            f"{r['children_peak_mib']:>12,.0f}"
+        roles = r["roles"]
+        own = sum(v["cpu"] for k, v in roles.items() if k != "postgres")
+        peaks = " / ".join(
+            "-" if k not in roles else f"{roles[k]['peak_mib']:,.0f}"
+            for k in ("loader", "jvm", "spark python", "postgres")
         )
+        avg = "/".join(f"{x:.1f}" for x in r["load_avg"])
+        print(
+            f"{path:<5} {r['rows']:>11,} {r['wall']:>7.1f} {r['rows'] / r['wall']:>8,.0f} {r['seconds']:>7.1f} "
+            f"{r['rows'] / r['seconds']:>8,.0f} {own:>12.1f} {pg_cpu:>8.1f} {r['rows'] / (own + pg_cpu):>10,.0f} "
+            f"{peaks:>47} {avg:>24}"
+        )
+    print(
+        "wall s: the loading process from start to exit (Python, JVM start and stop included); load s: "
+        "from its imports done to the load returned; loader cpu s: the loading process, its JVM and the "
+        "JVM's Python workers (sampled below); pg cpu s: the postmaster and every backend, reaped ones too"
+    )
+    print("per process (sampled from /proc every 0.5 s: CPU seconds of the processes seen, largest peak RSS)")
+    print(f"{'path':<5} {'role':<13} {'processes':>9} {'cpu s':>7} {'peak RSS MiB':>12}")
+    for path, r, _ in results:
+        for role, v in sorted(r["roles"].items()):
+            print(f"{path:<5} {role:<13} {v['processes']:>9.0f} {v['cpu']:>7.1f} {v['peak_mib']:>12,.0f}")
     return 0
 
 

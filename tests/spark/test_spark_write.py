@@ -335,3 +335,58 @@ def test_read_returns_what_write_wrote(spark: SparkSession, tmp_path: Path) -> N
     assert sorted((r.uuid, r.fare) for r in now.select("uuid", "fare").collect()) == [("a", 12.0), ("b", 5.0)]
     then = inlet_spark.read(spark, path, {"as.of.instant": first.instant_time})
     assert [(r.uuid, r.fare) for r in then.select("uuid", "fare").collect()] == [("a", 10.0)]
+
+
+def test_an_arrow_source_is_keyed_in_the_python_worker_that_makes_its_rows(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Rows made on the executors (an ArrowSource: each seed row names trips to make) are written
+    as the DataFrame of the same rows would be, and cross into the JVM once: the source and the
+    key stage are one Python node of the plan, not two."""
+    from pyspark.sql import types as T
+
+    from inlet.core.config import WriteOperation
+    from inlet.core.spark import writer
+
+    def make(batches: Any) -> Any:  # a closure: pickled by value to the workers
+        for batch in batches:
+            for lo, hi in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+                ids = list(range(lo, hi))
+                yield pa.RecordBatch.from_pydict(
+                    {
+                        "uuid": [f"u{i}" for i in ids],
+                        "city": ["sf" if i % 2 else "nyc" for i in ids],
+                        "ts": ids,
+                        "fare": [i * 1.5 for i in ids],
+                    }
+                )
+
+    seed = spark.createDataFrame(spark.sparkContext.parallelize([(0, 3), (3, 7)], 2), "lo long, hi long")
+    schema = T.StructType.fromDDL(TRIPS)
+    source = inlet_spark.ArrowSource(seed, make, schema)
+    options = hudi_options(
+        **{
+            "hoodie.datasource.write.table.type": "MERGE_ON_READ",
+            "hoodie.index.type": "BUCKET",
+            "hoodie.bucket.index.num.buckets": "2",
+            "hoodie.datasource.write.operation": "insert",
+        }
+    )
+    columns = ["uuid", "city", "ts", "fare", "_hoodie_partition_path"]
+    by_source, by_frame = str(tmp_path / "source"), str(tmp_path / "frame")
+    assert inlet_spark.write(source, by_source, options) is not None
+    assert inlet_spark.write(source.frame(), by_frame, options) is not None
+    expected = sorted(
+        ({"uuid": f"u{i}", "city": "sf" if i % 2 else "nyc", "ts": i, "fare": i * 1.5} for i in range(7)),
+        key=repr,
+    )
+    assert [{c: r[c] for c in columns[:4]} for r in hudi_rows(by_source, columns)] == expected
+    assert hudi_rows(by_source, columns) == hudi_rows(by_frame, columns)
+
+    def python_nodes(given: Any) -> int:
+        prepared = writer._prepare(given, HudiTable.open(by_source), WriteOperation.INSERT, {})
+        assert prepared.keyed is not None
+        return str(prepared.keyed._jdf.queryExecution().executedPlan().toString()).count("MapInArrow")
+
+    assert python_nodes(source.frame()) == 2
+    assert python_nodes(source) == 1

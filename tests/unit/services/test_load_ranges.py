@@ -20,6 +20,7 @@ from inlet.services.writer.load_ranges import (
     ProgressFile,
     _CopyStream,
     covers_all,
+    joined,
     ranges_left,
 )
 from inlet.services.writer.metrics import WriterMetrics
@@ -171,3 +172,38 @@ def test_a_copy_stream_ended_waits_for_the_read_in_flight_and_reads_nothing_afte
     reader.join(10)
     assert ended.wait(10)  # ...and returns once it is done
     assert stream.readinto(bytearray(4)) == 0 and pulled == [0, 1]  # nothing reaches the COPY after
+
+
+def test_copy_rows_are_joined_into_blocks_whole_and_in_order() -> None:
+    rows = [f"{i},{'x' * (i % 7)}\n".encode() for i in range(1000)]
+    blocks = list(joined(iter(rows), 64))
+    assert b"".join(blocks) == b"".join(rows)
+    assert all(len(b) >= 64 for b in blocks[:-1]) and len(blocks) > 10
+    # a block ends where a row ends (the CSV reader may get any block boundary, a row is never cut)
+    assert all(b.endswith(b"\n") for b in blocks)
+    assert list(joined(iter([]), 64)) == []
+
+
+def test_bytea_hex_and_array_json_are_decoded_whole_columns_as_value_by_value() -> None:
+    """The column-at-once decoders (Arrow) agree with the value-by-value ones, on slices and nulls."""
+    import json as jsonlib
+
+    import pyarrow as pa
+
+    from inlet.services.writer.initial_load import _hex_bytes, _json_lists
+
+    raw = [b"\x00\xff", None, b"", b"abc", None, bytes(range(256))]
+    hexes = pa.array([None if v is None else v.hex() for v in raw], pa.string())
+    assert _hex_bytes(hexes).to_pylist() == raw
+    assert _hex_bytes(hexes.slice(1, 4)).to_pylist() == raw[1:5]
+    assert _hex_bytes(pa.array([None, None], pa.string())).to_pylist() == [None, None]
+    with pytest.raises(ValueError):  # not hex: still refused
+        _hex_bytes(pa.array(["zz"]))
+    lists = [[1, None, 3], None, [], [2**31 - 1], None]
+    as_json = pa.array([None if v is None else jsonlib.dumps(v) for v in lists])
+    ints = _json_lists(pa.list_(pa.int32()))
+    assert ints(as_json).to_pylist() == lists
+    assert ints(as_json.slice(2, 3)).to_pylist() == lists[2:5]
+    texts = [['a"b', "\\", None, "NULL", "", "é\u0001 ,\n"], None]
+    as_json = pa.array([None if v is None else jsonlib.dumps(v, ensure_ascii=False) for v in texts])
+    assert _json_lists(pa.list_(pa.string()))(as_json).to_pylist() == texts

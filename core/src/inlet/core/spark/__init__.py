@@ -32,6 +32,7 @@ from inlet.core.commit.result import CommitResult
 from inlet.core.spark import compaction as spark_compaction
 from inlet.core.spark import datasource
 from inlet.core.spark.options import read_options
+from inlet.core.spark.writer import ArrowSource
 from inlet.core.spark.writer import write as _write
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 
 def write(
-    df: DataFrame | None,
+    df: DataFrame | ArrowSource | None,
     path: str,
     options: Mapping[str, object] | None = None,
     *,
@@ -62,7 +63,8 @@ def write(
     ``errorifexists`` or ``ignore`` when the table exists. ``input_schema``: the Arrow schema
     ``df`` was made from (``spark.createDataFrame(arrow_table)``); second/millisecond timestamps
     are then stored as ``timestamp-millis`` as the local engine stores them (Spark's own type has
-    microseconds only).
+    microseconds only). ``df`` may be an :class:`ArrowSource`: rows made on the executors by a
+    ``mapInArrow`` body, keyed in the same Python worker (one Arrow exchange with the JVM less).
     """
     return _write(
         df,
@@ -98,4 +100,4 @@ def run_compaction(
     return spark_compaction.run(spark, path, instant, options, commit_protocol=commit_protocol, force=force)
 
 
-__all__ = ["read", "run_compaction", "write"]
+__all__ = ["ArrowSource", "read", "run_compaction", "write"]

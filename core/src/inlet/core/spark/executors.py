@@ -51,6 +51,16 @@ class KeySpec:
     num_buckets: int = 0
 
 
+def source_key_batches(
+    source: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    spec: KeySpec,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body of an :class:`~inlet.core.spark.writer.ArrowSource`: the source's rows
+    made from ``batches`` and keyed in the same Python worker (:func:`key_batches`)."""
+    return key_batches(spec, source(batches))
+
+
 def key_batches(spec: KeySpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` body: cast, then add record keys, partition paths, delete flags, arrival
     numbers and bucket ids."""

@@ -68,7 +68,7 @@ Knobs (write options; Apache Hudi's names where Hudi has one):
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -113,6 +113,7 @@ from inlet.core.spark.executors import (
     group_writer,
     key_batches,
     slice_keys,
+    source_key_batches,
     write_buckets,
     write_bulk,
 )
@@ -154,6 +155,24 @@ from inlet.core.write.run import PlannedWrite, run_write, write_context
 log = logging.getLogger(__name__)
 DEFAULT_STORAGE_LEVEL = "MEMORY_AND_DISK"
 SAVE_MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
+
+
+@dataclass(frozen=True)
+class ArrowSource:
+    """Rows made on the executors: ``fn`` (a picklable ``mapInArrow`` body) turns the Arrow batches
+    of each partition of ``seed`` into rows of Spark schema ``schema``. Written by :func:`write`,
+    the key stage runs in the same Python worker as ``fn`` (:func:`~inlet.core.spark.executors.source_key_batches`),
+    so the rows reach the JVM once, keyed, instead of twice (``seed.mapInArrow(fn, schema)`` handed to
+    :func:`write` is the same write, with one more Arrow exchange between Python and the JVM per
+    row). Deletes and ``delete_partition`` use :meth:`frame`."""
+
+    seed: DataFrame
+    fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+    schema: T.StructType
+
+    def frame(self) -> DataFrame:
+        """The rows as a DataFrame."""
+        return self.seed.mapInArrow(self.fn, self.schema)
 
 
 @dataclass
@@ -301,7 +320,11 @@ def _arrow_to_spark(schema: pa.Schema) -> tuple[T.StructType, pa.Schema]:
 
 
 def _key_stage(
-    df: DataFrame, table: HudiTable, op: WriteOperation, schema: pa.Schema, delete_fields: Sequence[str]
+    df: DataFrame | ArrowSource,
+    table: HudiTable,
+    op: WriteOperation,
+    schema: pa.Schema,
+    delete_fields: Sequence[str],
 ) -> DataFrame:
     kg = table.key_generator
     bucket = table.index_type is IndexType.BUCKET and op is not WriteOperation.DELETE_PARTITION
@@ -331,6 +354,10 @@ def _key_stage(
         bucket_fields=tuple(table.bucket_hash_fields) if bucket else (),
         num_buckets=table.num_buckets if bucket else 0,
     )
+    if isinstance(df, ArrowSource):
+        if mode == "rows":
+            return df.seed.mapInArrow(partial(source_key_batches, df.fn, spec), spark_schema)
+        df = df.frame()
     if mode == "delete":
         df = df.select(*[col(c) for c in delete_fields])
     elif mode == "partitions":
@@ -384,7 +411,7 @@ def _as_micros(typ: pa.DataType) -> pa.DataType:
 
 
 def _prepare(
-    df: DataFrame | None,
+    given: DataFrame | ArrowSource | None,
     table: HudiTable,
     op: WriteOperation,
     options: dict[str, str],
@@ -393,6 +420,23 @@ def _prepare(
     """Everything that can reject the input, decided on the driver from schemas (types, columns,
     schema evolution); the key stage, lazily."""
     current = table.schema()
+    if isinstance(given, ArrowSource) and (
+        op in (WriteOperation.DELETE, WriteOperation.DELETE_PARTITION)
+        or any(c in META_COLUMNS for c in given.schema.names)
+    ):
+        given = given.frame()
+    if isinstance(given, ArrowSource):  # rows: keyed where they are made
+        source = given
+        check_input_columns(source.schema.names)
+        schema = write_schema(
+            table.meta,
+            current,
+            with_input_units(spark_types.to_table_arrow_schema(source.schema), input_schema),
+        )
+        keyed = _key_stage(source, table, op, schema, ())
+        combine = table.merge_mode if combines(op, options) else None
+        return _Prepared(op, schema, to_avro_schema(schema, table.name), keyed, combine)
+    df = given
     if df is None:
         if op is not WriteOperation.DELETE_PARTITION:
             raise InvalidInputError(f"{op.value.lower()} needs input data")
@@ -499,7 +543,7 @@ def _open_table(
 
 
 def write(
-    df: DataFrame | None,
+    df: DataFrame | ArrowSource | None,
     path: str,
     options: Mapping[str, object] | None = None,
     *,
@@ -512,7 +556,8 @@ def write(
     """Write a Spark DataFrame to the Hudi table at ``path`` with Apache Hudi's option names; see
     :mod:`inlet.core.spark.writer`. Returns what was committed (None with save mode ``ignore`` on an
     existing table). ``input_schema``: the Arrow schema ``df`` was made from, whose timestamp units
-    are kept (:func:`with_input_units`)."""
+    are kept (:func:`with_input_units`). ``df`` may be an :class:`ArrowSource` (rows made on the
+    executors, keyed where they are made)."""
     save_mode = mode.strip().lower()
     if save_mode not in SAVE_MODES:
         raise InvalidConfigError(f"unknown save mode {mode!r} (one of {', '.join(SAVE_MODES)})")
@@ -530,7 +575,8 @@ def write(
     prepared = _prepare(df, table, op, write_options, input_schema)
     extra = {**settings.extra_metadata, **(extra_metadata or {})}
     wanted = [*settings.partitions, *(partitions or ())]
-    spark = df.sparkSession if df is not None else SparkSession.getActiveSession()
+    frame = df.seed if isinstance(df, ArrowSource) else df
+    spark = frame.sparkSession if frame is not None else SparkSession.getActiveSession()
     session = _Session()
     try:
         rollback_failed_writes(table)

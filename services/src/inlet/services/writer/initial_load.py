@@ -80,10 +80,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 from pyarrow import csv
+from pyarrow import json as pa_json
 
 from inlet.core import HudiTable
 from inlet.core.faults import crash_point
@@ -355,13 +358,39 @@ def _rendering(col: CatalogColumn, pb_col: pb.Column) -> _Column:
 
 
 def _hex_bytes(arr: pa.Array) -> pa.Array:
-    return pa.array([None if v is None else bytes.fromhex(v) for v in arr.to_pylist()], pa.binary())
+    """``encode(bytea, 'hex')`` text as binary, decoded in one call for the whole array: the hex
+    digits of every value are contiguous in the array's data buffer (a null's are empty), so the
+    decoded bytes are too, at half the offsets."""
+    if arr.offset:  # a slice: its own buffers from offset 0
+        arr = pa.concat_arrays([arr])
+    offsets = np.frombuffer(arr.buffers()[1], np.int32)[: len(arr) + 1]
+    if len(arr) == 0 or (np.diff(offsets) % 2).any():  # not hex digits: fromhex says why, by value
+        return pa.array([None if v is None else bytes.fromhex(v) for v in arr.to_pylist()], pa.binary())
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = arr.buffers()[2]
+    digits = b"" if data is None else data[start:end].to_pybytes()
+    decoded = pa.py_buffer(bytes.fromhex(digits.decode("ascii")))
+    halved = pa.py_buffer(((offsets - start) // 2).astype(np.int32))
+    return pa.Array.from_buffers(pa.binary(), len(arr), [arr.buffers()[0], halved, decoded], arr.null_count)
 
 
 def _json_lists(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
+    """``to_json(array)`` text as Arrow lists of ``target``: parsed by Arrow's JSON reader (the
+    values wrapped as ``{"v": ...}`` lines), except float arrays, whose NaN and infinities
+    ``to_json`` writes as strings (parsed in Python)."""
     floats = pa.types.is_floating(target.value_type)
+    schema = pa.schema([pa.field("v", target)])
 
     def finish(arr: pa.Array) -> pa.Array:
+        if not floats and len(arr):
+            lines = pc.binary_join_element_wise('{"v":', pc.fill_null(arr, "null"), "}\n", "")
+            text = memoryview(_contiguous(lines)).tobytes()
+            parsed = pa_json.read_json(
+                pa.BufferReader(text),
+                read_options=pa_json.ReadOptions(use_threads=False, block_size=max(1 << 20, len(text) + 1)),
+                parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error"),
+            )
+            return parsed.column("v").combine_chunks()
         lists = [None if v is None else json.loads(v) for v in arr.to_pylist()]
         if floats:  # to_json writes NaN and the infinities as strings
             lists = [
@@ -371,6 +400,13 @@ def _json_lists(target: pa.DataType) -> Callable[[pa.Array], pa.Array]:
         return pa.array(lists, target)
 
     return finish
+
+
+def _contiguous(arr: pa.Array) -> pa.Buffer:
+    """The bytes of every value of a string array without nulls, one after another."""
+    offsets = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    data = arr.buffers()[2]
+    return pa.py_buffer(b"") if data is None else data[int(offsets[0]) : int(offsets[-1])]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -160,6 +160,27 @@ class _CopyStream(io.RawIOBase):
         return filled
 
 
+COPY_BLOCK = 1 << 20  # bytes of COPY data handed to Arrow's CSV reader at a time
+
+
+def joined(chunks: Iterable[Any], size: int) -> Iterator[bytes]:
+    """``chunks`` (bytes-like) joined into blocks of about ``size`` bytes. libpq hands a ``COPY TO``
+    over one row per chunk; copied into Arrow's reader one by one, the rows cost more CPU in Python
+    than Arrow spends parsing them (about 1.5 us a row of the benchmark's 20 columns against
+    0.9 us), joined they cost a list append each."""
+    parts: list[Any] = []
+    n = 0
+    for chunk in chunks:
+        parts.append(chunk)
+        n += len(chunk)
+        if n >= size:
+            yield b"".join(parts)
+            parts.clear()
+            n = 0
+    if parts:
+        yield b"".join(parts)
+
+
 def snapshot_connection(conninfo: str, snapshot: str) -> psycopg.Connection[Any]:
     """A connection in a read-only repeatable-read transaction that imports ``snapshot``."""
     conn = psycopg.connect(conninfo)
@@ -190,7 +211,7 @@ def stream_copy(
             yield from chunks
 
         read_options, parse_options, convert_options = options
-        raw = _CopyStream(all_chunks())
+        raw = _CopyStream(joined(all_chunks(), COPY_BLOCK))
         try:
             reader = csv.open_csv(
                 io.BufferedReader(raw, buffer_size=1 << 20),

@@ -7,8 +7,9 @@ ranges as the local engine does (:mod:`~inlet.services.writer.load_ranges`). The
 its first stage every task takes one range (a one-row partition ``(start, end)``), opens its own
 connection, imports the snapshot (``SET TRANSACTION SNAPSHOT``), streams the range's ``COPY`` as
 Arrow batches (:func:`read_ranges`, a picklable function with a plain-value :class:`RangeRead`)
-straight into the Spark writer's key stage; the writer then shuffles by bucket and writes the
-files on the executors (:mod:`inlet.core.spark.writer`). The commit records the wave's ranges
+straight into the Spark writer's key stage, in the same Python worker (an
+:class:`inlet.core.spark.ArrowSource`: the rows cross into the JVM once, keyed); the writer then
+shuffles by bucket and writes the files on the executors (:mod:`inlet.core.spark.writer`). The commit records the wave's ranges
 (``inlet.initial_load.range`` = ``a:b,b:c,...``), so a load that died resumes from the ranges of
 the waves not committed, as the local engine's does. The executors need network access to the
 source PostgreSQL and the lake, and ``inlet-services`` installed (they import this module).
@@ -20,7 +21,7 @@ import dataclasses
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -29,9 +30,10 @@ from inlet.services.writer.load_ranges import PageRange, snapshot_connection, st
 from inlet.services.writer.rows import SNAPSHOT_ORDERING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from inlet.core.commit.protocol import CommitProtocol
+    from inlet.core.spark import ArrowSource
     from inlet.services.writer.initial_load import TablePlan
 
 OPERATION = "hoodie.datasource.write.operation"
@@ -75,13 +77,23 @@ def read_ranges(spec: RangeRead, batches: Iterator[pa.RecordBatch]) -> Iterator[
                     yield from spark_types.conform(rows, spec.schema).to_batches()
 
 
-def ranges_frame(spark: SparkSession, spec: RangeRead, ranges: Sequence[PageRange]) -> DataFrame:
-    """The rows of ``ranges`` as a DataFrame whose every partition reads one range."""
-    bounds = [(r.start, r.end) for r in ranges]
-    source = spark.createDataFrame(
-        spark.sparkContext.parallelize(bounds, len(bounds)), "start long, end long"
+def ranges_source(spark: SparkSession, spec: RangeRead, ranges: Sequence[PageRange]) -> ArrowSource:
+    """The rows of ``ranges``, made by tasks that each read one range (and key its rows: the
+    writer's key stage runs in the same Python worker, :class:`inlet.core.spark.ArrowSource`).
+    The ranges' bounds come from ``spark.range`` (one row per partition) and literals, not from a
+    Python RDD, whose own stage of Python workers (another daemon, another import of everything)
+    the seed rows do not need."""
+    from pyspark.sql import functions as F
+
+    from inlet.core.spark import ArrowSource
+
+    def bound(values: list[int | None]) -> Any:
+        return F.element_at(F.array(*[F.lit(v).cast("long") for v in values]), (F.col("id") + 1).cast("int"))
+
+    seed = spark.range(0, len(ranges), 1, len(ranges)).select(
+        bound([r.start for r in ranges]).alias("start"), bound([r.end for r in ranges]).alias("end")
     )
-    return source.mapInArrow(partial(read_ranges, spec), spark_types.from_arrow_schema(spec.schema))
+    return ArrowSource(seed, partial(read_ranges, spec), spark_types.from_arrow_schema(spec.schema))
 
 
 def write_wave(
@@ -99,7 +111,7 @@ def write_wave(
     import inlet.core.spark as inlet_spark
 
     result = inlet_spark.write(
-        ranges_frame(spark, spec, ranges),
+        ranges_source(spark, spec, ranges),
         path,
         {**options, OPERATION: operation},
         commit_protocol=commit_protocol,
@@ -112,7 +124,9 @@ def write_wave(
 
 def spark_session(master: str, conf: Mapping[str, str], app: str) -> SparkSession:
     """A Spark session for a service (the writer, a load): no UI, UTC, Arrow exchange, loopback for
-    a ``local[N]`` master; ``conf`` wins. Executors' Python workers run this interpreter."""
+    a ``local[N]`` master, Python workers forked with Inlet's modules imported
+    (:mod:`~inlet.services.writer.spark_daemon`); ``conf`` wins. Executors' Python workers run this
+    interpreter."""
     import os
     import sys
 
@@ -125,6 +139,8 @@ def spark_session(master: str, conf: Mapping[str, str], app: str) -> SparkSessio
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # the Python workers fork with Inlet's modules imported (spark_daemon's doc)
+        "spark.python.daemon.module": "inlet.services.writer.spark_daemon",
     }
     if master.startswith("local"):
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
