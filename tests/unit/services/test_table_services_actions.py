@@ -5,17 +5,15 @@ scheduled when Hudi's trigger says so."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pyarrow as pa
 from support import hudi_rs
 
-from inlet.core import HudiTable, faults
-from inlet.core.actions import compaction_run
+from inlet.core import HudiTable
 from inlet.core.timeline.instant import State
 from inlet.services.table_services.actions import COMPACTION, run_services
 
@@ -44,18 +42,24 @@ def test_fresh_plans_are_left_to_their_scheduler_and_stale_ones_run(tmp_path: Pa
     assert [r["ts"] for r in HudiTable.open(path).read().to_pylist()] == [2, 2]
 
 
-def _compact_and_hang(path: str, instant: str, ready: str) -> None:
-    """A runner process: runs compaction ``instant`` and stops for good once its new base files
-    are written (the fault injected where a real runner could be killed), never committing."""
+# a runner process: runs compaction PLANNED and stops for good once its new base files are written
+# (the fault injected where a real runner could be killed), never committing
+RUNNER = """
+import sys, time
+from pathlib import Path
+from inlet.core import HudiTable, faults
+from inlet.core.actions import compaction_run
 
-    def hang(point: str) -> None:
-        if point == compaction_run.AFTER_DATA_FILES:
-            Path(ready).touch()
-            time.sleep(3600)
+path, planned, ready = sys.argv[1:]
 
-    faults.crash_point = hang  # type: ignore[assignment]
-    HudiTable.open(path).run_compaction(instant, DUE)
-    os._exit(1)
+def hang(point):
+    if point == compaction_run.AFTER_DATA_FILES:
+        Path(ready).touch()
+        time.sleep(3600)
+
+faults.crash_point = hang
+HudiTable.open(path).run_compaction(planned, {"hoodie.compact.inline.max.delta.commits": "1"})
+"""
 
 
 def test_an_inflight_compaction_is_its_runners_until_that_one_dies_then_it_is_run_again(
@@ -70,14 +74,11 @@ def test_an_inflight_compaction_is_its_runners_until_that_one_dies_then_it_is_ru
     planned = HudiTable.open(path).schedule_compaction(DUE)
     assert planned is not None
     ready = tmp_path / "ready"
-    runner = multiprocessing.get_context("fork").Process(
-        target=_compact_and_hang, args=(path, planned, str(ready))
-    )
-    runner.start()
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, path, planned, str(ready)])
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():
-            assert runner.is_alive() and time.monotonic() < deadline, "the runner never wrote its files"
+            assert runner.poll() is None and time.monotonic() < deadline, "the runner never wrote its files"
             time.sleep(0.05)
         attempt = {p.name for p in Path(path).rglob(f"*_{planned}.parquet")}
         assert attempt
@@ -87,8 +88,8 @@ def test_an_inflight_compaction_is_its_runners_until_that_one_dies_then_it_is_ru
         states = {c.instant_time: c.state for c in HudiTable.open(path).compactions()}
         assert states == {planned: State.INFLIGHT}
     finally:
-        os.kill(runner.pid, signal.SIGKILL)  # type: ignore[arg-type]
-        runner.join()
+        runner.kill()  # SIGKILL
+        runner.wait()
 
     dead = run_services(HudiTable.open(path), "t", (COMPACTION,), DUE, stale_plan_s=0)
     assert dead.completed == {COMPACTION: [planned]}
