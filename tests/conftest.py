@@ -57,11 +57,15 @@ from inlet.services.stack import EmbeddedDebezium, EmbeddedKafka, EmbeddedPostgr
 # - "spark": one Spark session per worker; the catalog tests' Hive-enabled session must be stopped
 #   before tests/spark's session starts (getOrCreate would hand one to the other), so they go first.
 # - "stack": the end-to-end replication tests and the demo, each starting whole stacks: one at a time.
+# - "stack-spark": the stack on the Spark engine, submitting to a standalone cluster of its own
+#   (test_initial_load.py: a few minutes of JVM starts, mostly waiting on them): beside the "stack"
+#   chain instead of lengthening it. Listed before "stack", whose prefix would take it otherwise.
 # Every other test module is its own unit (module-scoped fixtures such as a Debezium connector or a
 # metastore are started once), among them the Spark tests that run their JVMs in processes of their
 # own (no session in the worker): they run beside the session's tests, not after them.
 _GROUPS = (
     ("spark", ("tests/integration/catalog_sync/", "tests/spark/")),
+    ("stack-spark", ("tests/e2e/replication/test_initial_load.py",)),
     ("stack", ("tests/e2e/replication/", "tests/e2e/demo/")),
 )
 _OWN_JVMS = ("tests/spark/test_spark_cluster.py", "tests/spark/test_spark_write_faults.py")

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cluster import StandaloneCluster
+from support.spark_cluster import StandaloneCluster
 from test_spark_read import assert_same_rows, hudi_rows
 
 from inlet.core import HudiTable

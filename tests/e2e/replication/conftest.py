@@ -202,6 +202,42 @@ class RunningStack:
         return data
 
 
+def crash_at(
+    stack: RunningStack,
+    name: str,
+    *points: str,
+    timeout_s: float = 90,
+    died: Callable[[str], None] | None = None,
+) -> None:
+    """SIGKILL component ``name``; the supervisor restarts it with ``INLET_CRASH_AT`` = the first of
+    ``points`` (:mod:`inlet.core.faults`), so it dies at that point of its next write (the writer)
+    or compaction (the table services, ``inlet.core.actions.compaction_run``'s points); it is
+    restarted with the next point, and so on; the restart after the last runs without one. Returns
+    once that one is healthy. ``died(point)`` is called as soon as a process died at its point,
+    before its successor (a few seconds to start) gets far."""
+    component = stack.command(name)
+    component.env["INLET_CRASH_AT"] = points[0]
+    try:
+        armed = stack.wait_restarted(name, stack.kill(name))
+        for point, following in zip(points, (*points[1:], None), strict=True):
+            if following is None:
+                component.env.pop("INLET_CRASH_AT", None)
+            else:
+                component.env["INLET_CRASH_AT"] = following
+            # the armed process reaches the point with the next batch (or compaction) and exits
+            wait_for(
+                lambda pid=armed: component.pid != pid,
+                timeout_s,
+                f"{name} to crash at {point}",
+                every_s=0.1,
+            )
+            if died is not None:
+                died(point)
+            armed = stack.wait_restarted(name, armed)
+    finally:
+        component.env.pop("INLET_CRASH_AT", None)
+
+
 def _supervised(persistent_kafka: bool, lake: str = "local") -> Iterator[RunningStack]:
     yield from supervised(
         Path(tempfile.mkdtemp(prefix="inlet-e2e-")), persistent_kafka=persistent_kafka, lake=lake

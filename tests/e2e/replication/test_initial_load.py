@@ -9,12 +9,22 @@ stores it, the table's schema unchanged); changes made after the start arrive on
 cannot load (no primary key, a ``point`` column) goes through Debezium's snapshot instead: a table
 without a primary key under REPLICA IDENTITY DEFAULT is skipped by the CDC consumer, one under FULL is
 keyed by the whole row and follows updates and deletes (its identical rows kept once).
+
+The stack runs on the Spark engine and submits to a real standalone cluster (``--spark-master
+spark://...``: a master and a worker, :class:`support.spark_cluster.StandaloneCluster`): the load's
+ranges, the writer's batches and the table services' compactions are jobs of three applications on
+it. The last two tests prove the rest of the stack on that engine: compactions by the table
+services' Spark jobs while changes stream, and the writer and the table services killed in the
+middle of a commit, each time with the lake equal to PostgreSQL by Inlet's reader and by hudi-rs.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import tempfile
+import threading
 import urllib.request
 from collections.abc import Iterator
 from decimal import Decimal
@@ -25,17 +35,28 @@ import psycopg
 import pytest
 from conftest import (
     DATABASE,
+    HUDI_RS_TOAST_REFUSAL,
+    BackgroundWorkload,
     RunningStack,
     Workload,
     _norm,
+    check_offsets,
+    compare_hudi_rs,
     compare_inlet,
+    crash_at,
     diff,
     inlet_read,
     rows_by_key,
     supervised,
     wait_for,
+    wait_for_lake,
 )
+from support.spark_cluster import StandaloneCluster
 
+from inlet.core import HudiTable
+from inlet.core.actions import compaction_run
+from inlet.core.faults import AFTER_DATA_FILES, BEFORE_COMPLETE
+from inlet.core.timeline.instant import Action, State
 from inlet.services.stack.postgres import EmbeddedPostgres
 from inlet.services.stack.supervisor import LOAD_PROGRESS_FILE, PORTS_FILE, Ports
 from inlet.services.writer.load_ranges import read_progress
@@ -125,6 +146,26 @@ def typed_rows_as_stored(url: str) -> dict[tuple[Any, ...], dict[str, Any]]:
     return out
 
 
+def resumed_workload(url: str, seed: int) -> Workload:
+    """The ``pre_`` tables' workload, continued where the rows in PostgreSQL leave its ids."""
+    work = Workload(url, "pre_", seed=seed)
+    with psycopg.connect(url) as conn:
+        work.next_customer = 1 + conn.execute("SELECT coalesce(max(id), 0) FROM pre_customers").fetchone()[0]  # type: ignore[index]
+        work.next_order = 1 + conn.execute("SELECT coalesce(max(id), 0) FROM pre_orders").fetchone()[0]  # type: ignore[index]
+        work.customers = [r[0] for r in conn.execute("SELECT id FROM pre_customers").fetchall()]
+        work.orders = dict(
+            conn.execute("SELECT order_id, count(*) FROM pre_order_lines GROUP BY order_id").fetchall()
+        )
+        columns = {
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'pre_customers'"
+            ).fetchall()
+        }
+    work.columns_added = "tier" in columns
+    return work
+
+
 def _prepare(root: Path) -> None:
     """PostgreSQL alone in the stack's directory (its port kept for the stack): tables and rows."""
     port = Ports.load(root / PORTS_FILE).get("postgres")
@@ -147,14 +188,57 @@ def _prepare(root: Path) -> None:
         pg.stop()
 
 
+PRE_TABLES = ("pre_customers", "pre_orders", "pre_order_lines")
+# the stack's processes: their Spark drivers bind loopback; the table services compact after two
+# delta commits (instead of five), so compactions happen while the tests stream changes; the
+# coordinator's janitor rolls back an instant whose writer has been silent for 15 s (instead of 60)
+STACK_ENV = {
+    "SPARK_LOCAL_IP": "127.0.0.1",
+    "INLET_TABLE_SERVICES_OPTIONS": "hoodie.compact.inline.max.delta.commits=2",
+    "INLET_COORDINATOR_HEARTBEAT_TIMEOUT_MS": "15000",
+}
+
+
 @pytest.fixture(scope="module")
-def loaded_stack() -> Iterator[RunningStack]:
+def spark_cluster() -> Iterator[StandaloneCluster]:
+    work = Path(tempfile.mkdtemp(prefix="inlet-e2e-spark-"))
+    try:
+        # one core per application unless it asks for more: the writer's and the table services'
+        # applications run side by side (a killed writer's one is still leaving when the next comes)
+        with StandaloneCluster(work, cores=3, memory="3g", default_cores=1) as cluster:
+            yield cluster
+    finally:
+        if os.environ.get("INLET_E2E_KEEP"):  # its master's, worker's and executors' logs
+            print(f"the Spark cluster's directory: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def loaded_stack(spark_cluster: StandaloneCluster) -> Iterator[RunningStack]:
     root = Path(tempfile.mkdtemp(prefix="inlet-e2e-load-"))
     _prepare(root)
-    # --engine spark: the load's ranges are Spark tasks (local[2]) and the writer commits the
-    # streamed changes by Spark jobs; the local engine's load and writer are proven by the
-    # integration tests and the other stack tests
-    yield from supervised(root, persistent_kafka=False, initial_load="copy", engine="spark")
+    # --engine spark on the cluster: the load's ranges are Spark tasks, the writer commits the
+    # streamed changes by Spark jobs and the table services compact by Spark jobs; the local
+    # engine's load, writer and table services are proven by the integration tests and the other
+    # stack tests
+    saved = {k: os.environ.get(k) for k in STACK_ENV}
+    os.environ.update(STACK_ENV)
+    try:
+        yield from supervised(
+            root,
+            persistent_kafka=False,
+            initial_load="copy",
+            engine="spark",
+            spark_master=spark_cluster.master_url,
+            table_services=True,
+        )
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def test_copy_loaded_tables_equal_postgres_and_what_streaming_stores(loaded_stack: RunningStack) -> None:
@@ -212,18 +296,8 @@ def test_copy_loaded_tables_equal_postgres_and_what_streaming_stores(loaded_stac
 def test_changes_after_the_load_arrive_once_and_unloadable_tables_take_debezium(
     loaded_stack: RunningStack,
 ) -> None:
-    work = Workload(loaded_stack.url, "pre_", seed=12)
+    work = resumed_workload(loaded_stack.url, seed=12)
     try:
-        # continue the pre-start workload where its ids left off
-        with psycopg.connect(loaded_stack.url) as conn:
-            work.next_customer = (
-                1 + conn.execute("SELECT coalesce(max(id), 0) FROM pre_customers").fetchone()[0]
-            )  # type: ignore[index]
-            work.next_order = 1 + conn.execute("SELECT coalesce(max(id), 0) FROM pre_orders").fetchone()[0]  # type: ignore[index]
-            work.customers = [r[0] for r in conn.execute("SELECT id FROM pre_customers").fetchall()]
-            work.orders = dict(
-                conn.execute("SELECT order_id, count(*) FROM pre_order_lines GROUP BY order_id").fetchall()
-            )
         for _ in range(30):
             work.step()
             work.conn.commit()
@@ -263,3 +337,169 @@ def test_changes_after_the_load_arrive_once_and_unloadable_tables_take_debezium(
     assert not loaded_stack.table_path("no_key").exists()
     log = (loaded_stack.config.logs / "cdc_consumer.log").read_text()
     assert log.count("has no primary key and REPLICA IDENTITY DEFAULT") == 1
+
+
+# ------------------------------------------------------------------------- the rest on Spark
+
+
+def compactions(stack: RunningStack, table: str) -> dict[str, Any]:
+    """The table's compactions (instant time -> :class:`CompactionInfo`), pending and completed."""
+    return {c.instant_time: c for c in HudiTable.open(stack.table_uri(table)).compactions()}
+
+
+def completed_compactions(stack: RunningStack, table: str) -> set[str]:
+    return {t for t, c in compactions(stack, table).items() if c.state is State.COMPLETED}
+
+
+def tasks_run_by(cluster: StandaloneCluster, app_name: str) -> int:
+    """Tasks the executors of the cluster's applications named ``app_name`` started (their logs in
+    the worker's work directory, one directory per application)."""
+    ids = [a["id"] for a in cluster.applications() if a["name"] == app_name]
+    return sum(
+        log.read_text(errors="replace").count("Running task")
+        for app_id in ids
+        for log in (cluster.work_dir / "worker" / app_id).glob("*/stderr")
+    )
+
+
+def compare_readers(stack: RunningStack) -> None:
+    """The ``pre_`` tables equal PostgreSQL by Inlet's reader and by hudi-rs (file group reader 2:
+    reader 1 needs every file group compacted; see test_pipeline.py), no duplicate key, no offset
+    consumed twice."""
+    customers, orders, lines = PRE_TABLES
+    for t in PRE_TABLES:
+        compare_inlet(stack, t)
+        check_offsets(stack.table_uri(t))
+    compare_hudi_rs(stack, orders, versions=["2"])
+    compare_hudi_rs(stack, lines, versions=["2"])
+    compare_hudi_rs(
+        stack, customers, allow_placeholder="bio", versions=["2"], known_refusal=HUDI_RS_TOAST_REFUSAL
+    )
+
+
+def test_table_services_compact_by_spark_jobs_on_the_cluster_while_changes_stream(
+    loaded_stack: RunningStack, spark_cluster: StandaloneCluster
+) -> None:
+    """The changes streamed so far (and more transactions while a table has none yet) made the
+    table services compact every ``pre_`` table by Spark jobs of their own application on the
+    standalone cluster (its executors ran the tasks), the writer's and the load's applications ran
+    there too; changes go on streaming on top of the compacted file slices, and the lake equals
+    PostgreSQL by Inlet's reader and by hudi-rs."""
+    stack = loaded_stack
+    w = resumed_workload(stack.url, seed=13)
+    try:
+
+        def compacted() -> bool:
+            if all(completed_compactions(stack, t) for t in PRE_TABLES):
+                return True
+            for _ in range(3):  # a table without a compaction yet: more delta commits
+                w.step()
+            return False
+
+        wait_for(compacted, 120, "the table services to compact every pre_ table", every_s=2)
+        done = {t: max(completed_compactions(stack, t)) for t in PRE_TABLES}
+        for _ in range(10):  # changes after the compactions, merged onto their base files
+            w.step()
+    finally:
+        w.close()
+    wait_for_lake(stack, PRE_TABLES, timeout_s=240)
+    for t, compaction in done.items():
+        info = compactions(stack, t)[compaction]
+        assert info.completion_time is not None
+        after = HudiTable.open(stack.table_uri(t)).timeline.completed([Action.DELTA_COMMIT])
+        assert any((i.completion_time or "") > info.completion_time for i in after), t
+    new = sum(len(completed_compactions(stack, t)) for t in PRE_TABLES)
+    names = {a["name"] for a in spark_cluster.applications()}
+    assert {"inlet initial load", "inlet writer", "inlet table services"} <= names, names
+    # one task per compacted file group, on the cluster's executors
+    assert tasks_run_by(spark_cluster, "inlet table services") >= new
+    assert tasks_run_by(spark_cluster, "inlet writer") > 0
+    compare_readers(stack)
+
+
+def _pending(stack: RunningStack, action: str) -> set[tuple[str, str]]:
+    """(table, instant time) of the ``pre_`` tables' pending instants of ``action``."""
+    return {
+        (t, i.time)
+        for t in PRE_TABLES
+        for i in HudiTable.open(stack.table_uri(t)).timeline.instants
+        if i.action == action and not i.is_completed
+    }
+
+
+def _rollbacks(stack: RunningStack) -> int:
+    return sum(
+        1
+        for t in PRE_TABLES
+        for i in HudiTable.open(stack.table_uri(t)).timeline.instants
+        if i.action == Action.ROLLBACK and i.is_completed
+    )
+
+
+def test_writer_and_table_services_killed_mid_commit_on_spark(loaded_stack: RunningStack) -> None:
+    """While changes stream, the writer dies (like SIGKILL) after a Spark job wrote a batch's data
+    files and, on its next start, just before the commit; the table services die after their Spark
+    compaction's executors wrote the new base files. Afterwards the lake equals PostgreSQL by both
+    readers with no duplicate key, the writes the writer left are rolled back (the coordinator's
+    janitor), and the compaction the table services left is rolled back and run again by their
+    next start: it completes with only the files of its last attempt."""
+    stack = loaded_stack
+    rollbacks = _rollbacks(stack)
+    w = resumed_workload(stack.url, seed=14)
+    bg = BackgroundWorkload(w, changes=10**9, seconds=4 * 10**7)
+    left: set[tuple[str, str]] = set()  # the compactions in flight when the table services died
+    errors: list[BaseException] = []
+
+    def crash_table_services() -> None:
+        # they die in a compaction, once its executors wrote the new base files
+        try:
+            crash_at(
+                stack,
+                "table_services",
+                compaction_run.AFTER_DATA_FILES,
+                timeout_s=120,
+                died=lambda _: left.update(_pending(stack, Action.COMPACTION)),
+            )
+        except BaseException as e:
+            errors.append(e)
+
+    services = threading.Thread(target=crash_table_services, name="crash-table-services")
+    first = stack.pid("table_services")
+    try:
+        services.start()
+        # once the armed table services have a compaction (which needs no more commits) under way,
+        # the writer dies after a batch's Spark job wrote its files, then (restarted) before the commit
+        wait_for(
+            lambda: (
+                stack.component("table_services").pid not in (first, None)
+                and (_pending(stack, Action.COMPACTION) or left or errors)
+            ),
+            120,
+            "the armed table services to begin a compaction",
+        )
+        crash_at(stack, "writer", AFTER_DATA_FILES, BEFORE_COMPLETE)
+        services.join(240)
+        assert not errors, errors
+        assert bg.running, f"the workload stopped: {bg.error!r}"
+    finally:
+        bg.stop.set()
+        bg.join()
+        w.close()
+    assert left, "the table services died without a compaction in flight"
+    wait_for_lake(stack, PRE_TABLES, timeout_s=240)
+
+    def recovered() -> bool:
+        # caught up, the writer is idle: a pending delta commit is one a crash left
+        return not _pending(stack, Action.DELTA_COMMIT) and all(
+            compactions(stack, t)[c].state is State.COMPLETED for t, c in left
+        )
+
+    wait_for(recovered, 120, "the crashed writes rolled back and the crashed compaction completed")
+    assert _rollbacks(stack) >= rollbacks + 2
+    for t, c in left:
+        info = compactions(stack, t)[c]
+        assert info.metadata is not None
+        committed = {Path(s.path).name for s in info.metadata.write_stats()}
+        on_disk = {p.name for p in stack.table_path(t).rglob(f"*_{c}.parquet")}
+        assert on_disk == committed, f"{t} compaction {c}: files of the crashed attempt left"
+    compare_readers(stack)

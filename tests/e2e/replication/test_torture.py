@@ -33,6 +33,7 @@ from conftest import (
     check_offsets,
     compare_hudi_rs,
     compare_inlet,
+    crash_at,
     wait_for,
     wait_for_lake,
 )
@@ -132,21 +133,6 @@ class TortureWorkload(Workload):
         self.conn = psycopg.connect(self.url, autocommit=False)
 
 
-def _crash_writer_at(stack: RunningStack, point: str) -> None:
-    """SIGKILL the writer; the supervisor restarts it with ``INLET_CRASH_AT=point``, so it dies at
-    that point of its next batch; the next restart runs without it."""
-    writer = stack.command("writer")
-    writer.env["INLET_CRASH_AT"] = point
-    try:
-        killed = stack.kill("writer")
-        armed = stack.wait_restarted("writer", killed)
-    finally:
-        writer.env.pop("INLET_CRASH_AT", None)
-    # the armed writer reaches the point with the workload's next batch and exits
-    wait_for(lambda: writer.pid != armed, 90, f"the writer to crash at {point}", every_s=0.2)
-    stack.wait_restarted("writer", armed)
-
-
 def _crash_postgres(stack: RunningStack, w: TortureWorkload) -> None:
     """PostgreSQL's immediate shutdown (SIGQUIT: no checkpoint, recovery from WAL at the restart)
     between two transactions of the workload; Debezium, the coordinator and the CDC consumer lose
@@ -178,7 +164,7 @@ def test_torture(durable_stack: RunningStack) -> None:
 
     def fault(name: str) -> None:
         if name.startswith("writer@"):
-            _crash_writer_at(stack, name.removeprefix("writer@"))
+            crash_at(stack, "writer", name.removeprefix("writer@"))
         elif name == "postgres":
             _crash_postgres(stack, w)
         else:

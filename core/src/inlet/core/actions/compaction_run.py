@@ -301,6 +301,20 @@ def _target(timeline: Timeline, instant: str | None) -> Instant | None:
     raise InstantNotFoundError(f"instant {instant} is not on the timeline")
 
 
+def _runner_gone(storage: Storage, timeline: Timeline, instant_time: str, interval_ms: int) -> bool:
+    return heartbeat.is_expired(
+        storage, instant_time, interval_ms, started_ms=timeline.last_written_ms(instant_time)
+    )
+
+
+def runner_gone(table: TableHandle, instant_time: str, options: Mapping[str, str] | None = None) -> bool:
+    """Whether the process running inflight compaction ``instant_time`` is gone: its heartbeat
+    expired (at once on this host when its process is dead), so :func:`run` rolls the attempt back
+    and runs the plan again instead of refusing it."""
+    interval = WriteConfig.HEARTBEAT_INTERVAL_MS.require(_options(options))
+    return _runner_gone(table.storage, table.commit_protocol.timeline(), instant_time, interval)
+
+
 OperationsRunner = Callable[
     ["TableHandle", CompactionContext, Sequence[CompactionOperation]], list[WriteStat]
 ]
@@ -338,8 +352,7 @@ def run(
         _check_metadata_table(table, opts)
         t = target.time
         if target.state is State.INFLIGHT:
-            started = tl.last_written_ms(t)
-            if not force and not heartbeat.is_expired(storage, t, interval, started_ms=started):
+            if not force and not _runner_gone(storage, tl, t, interval):
                 raise CommitConflictError(
                     f"compaction {t} is running in another process (its heartbeat is alive); "
                     "retry later, or use force if that process is gone"

@@ -25,7 +25,7 @@ from inlet.core.schema import cast_to, normalize_schema, normalize_type
 from inlet.services.cli import dataio
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.options import choice, choices_metavar, env, env_choice, parse_key_values, with_env
-from inlet.services.runtime import SettingsError, parse_pairs
+from inlet.services.runtime import Setting, SettingsError, parse_pairs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -49,6 +49,34 @@ _DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 _LOCAL_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+
+
+def engine_settings(engine_help: str) -> tuple[Setting, ...]:
+    """``--engine``, ``--spark-master`` and ``--spark-conf`` of a service (flags and environment
+    variables under the service's prefix); ``engine_help`` says what each engine does there."""
+    return (
+        Setting("engine", "--engine", engine_help, default="local", metavar="{local,spark}"),
+        Setting(
+            "spark_master",
+            "--spark-master",
+            "Spark master with --engine spark: local[N] or spark://HOST:PORT",
+            default=DEFAULT_MASTER,
+            metavar="URL",
+        ),
+        Setting(
+            "spark_conf",
+            "--spark-conf",
+            "Spark setting KEY=VALUE, e.g. spark.executor.memory=2g or spark.cores.max=2 (repeatable)",
+            kind="pairs",
+            metavar="KEY=VALUE",
+        ),
+    )
+
+
+def check_engine(engine: str) -> None:
+    """A service's ``--engine`` value is one Inlet knows (one line naming the flag otherwise)."""
+    if engine not in ENGINES:
+        raise UsageError(f"--engine must be local or spark, not {engine!r}")
 
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:

@@ -76,15 +76,17 @@ UP_SETTINGS = (
     Setting(
         "engine",
         "--engine",
-        "local or spark: the writer's engine, and the initial load's (spark: each CTID range a Spark task)",
+        "local or spark: the engine of the writer, the initial load (spark: each CTID range a Spark task) "
+        "and the table services' compactions (spark: one task per file group)",
         default="local",
         metavar="ENGINE",
     ),
     Setting(
         "spark_master",
         "--spark-master",
-        "with --engine spark: local[N], or spark://HOST:PORT of a standalone cluster the writer and the "
-        "initial load submit to (its executors must reach the source PostgreSQL and the lake)",
+        "with --engine spark: local[N], or spark://HOST:PORT of a standalone cluster the writer, the "
+        "initial load and the table services submit to, each as its own application (its executors "
+        "must reach the source PostgreSQL and the lake)",
         default="local[2]",
         metavar="URL",
     ),

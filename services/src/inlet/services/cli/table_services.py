@@ -7,10 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from inlet.services.cli.commit import CONNECTION_SETTINGS, coordinator_token, read_ca
+from inlet.services.cli.engine import check_engine, engine_settings
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
 from inlet.services.cli.s3_options import add_s3_options
 from inlet.services.commit_events import follower_settings
+from inlet.services.extras import require
 from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve, run_until_stopped
 
 ENV_PREFIX = "INLET_TABLE_SERVICES_"
@@ -35,6 +37,10 @@ SETTINGS: tuple[Setting, ...] = (
         env_name="OPTIONS",
     ),
     Setting("lease_ms", "--lease-ms", "lease of a table's services lock (ms)", kind="int", default=30_000),
+    *engine_settings(
+        "where compaction plans execute: local (this process) or spark (a Spark job of the service's "
+        "session, one task per file group); clustering, clean and archive run in this process"
+    ),
 )
 
 DESCRIPTION = """\
@@ -46,12 +52,19 @@ into the LSM archived timeline, hoodie.keep.min.commits / hoodie.keep.max.commit
 works on a table at a time (the table's "services" lock lease at the coordinator); a table that fails is
 retried with backoff, and its events are acknowledged only once a run handled them. Prints one JSON
 line when serving; /metrics and /healthz on --metrics-listen.
+
+With --engine spark, compactions run as Spark jobs (one task per file group) of one session the
+service starts at its first compaction and keeps: on local[N], or on a cluster with --spark-master
+spark://HOST:PORT (the executors need this Inlet installed and access to the lake). The service is
+the driver: plans, heartbeats, commits and rollbacks still go through the coordinator.
 """
 
 EPILOG = """\
 example:
   inlet table-services run --kafka-bootstrap kafka:9092 --coordinator coord:50551 \\
       --option hoodie.compact.inline.max.delta.commits=5
+  inlet table-services run --kafka-bootstrap kafka:9092 --coordinator coord:50551 \\
+      --engine spark --spark-master spark://spark-master:7077 --spark-conf spark.cores.max=2
 """
 
 
@@ -92,6 +105,7 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         raise UsageError(
             f"--services: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(SERVICES)}"
         )
+    check_engine(v["engine"])
     if v["lease_ms"] < 1000:
         raise UsageError("--lease-ms must be at least 1000")
     config = ServiceConfig(
@@ -108,6 +122,9 @@ def config_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None
         coordinator_ca=read_ca(v["coordinator_ca"]),
         coordinator_tls=bool(v["coordinator_tls"]),
         kafka=dict(parse_key_values(v["kafka"], "--kafka-option")),
+        engine=v["engine"],
+        spark_master=v["spark_master"],
+        spark_conf=parse_key_values(v["spark_conf"], "--spark-conf"),
     )
     return config, v["metrics_listen"]
 
@@ -116,6 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from inlet.services.table_services.service import TableServicesService
 
     config, listen = config_from_args(args)
+    if config.engine == "spark":
+        require("spark", "inlet table-services run --engine spark")
     service = TableServicesService(config)
     return run_until_stopped(
         service.run,
@@ -125,4 +144,5 @@ def cmd_run(args: argparse.Namespace) -> int:
         service="table-services",
         topic=config.topic,
         services=list(config.services),
+        engine=config.engine,
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from inlet.services.cli.commit import CONNECTION_SETTINGS, coordinator_token, read_ca
+from inlet.services.cli.engine import check_engine, engine_settings
 from inlet.services.cli.errors import UsageError
 from inlet.services.cli.options import parse_key_values
 from inlet.services.cli.s3_options import add_s3_options
@@ -30,28 +31,8 @@ from inlet.services.runtime import (
 
 ENV_PREFIX = "INLET_WRITER_"
 
-ENGINE_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "engine",
-        "--engine",
-        "local: write in this process; spark: a Spark job per batch (run) or per wave of ranges (load)",
-        default="local",
-        metavar="{local,spark}",
-    ),
-    Setting(
-        "spark_master",
-        "--spark-master",
-        "Spark master with --engine spark",
-        default="local[2]",
-        metavar="URL",
-    ),
-    Setting(
-        "spark_conf",
-        "--spark-conf",
-        "Spark setting KEY=VALUE (repeatable)",
-        kind="pairs",
-        metavar="KEY=VALUE",
-    ),
+ENGINE_SETTINGS = engine_settings(
+    "local: write in this process; spark: a Spark job per batch (run) or per wave of ranges (load)"
 )
 
 SETTINGS: tuple[Setting, ...] = (
@@ -410,8 +391,7 @@ def config_from_args(args: argparse.Namespace | None, environ: Any = None) -> An
         v = resolve(args, SETTINGS, ENV_PREFIX, environ)
     except SettingsError as e:
         raise UsageError(str(e)) from None
-    if v["engine"] not in ("local", "spark"):
-        raise UsageError(f"--engine must be local or spark, not {v['engine']!r}")
+    check_engine(v["engine"])
     if v["on_offset_gap"] not in ("fail", "earliest"):
         raise UsageError(f"--on-offset-gap must be fail or earliest, not {v['on_offset_gap']!r}")
     if v["on_bad_row"] not in ON_BAD_ROW:
@@ -484,8 +464,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         v = resolve(args, LOAD_SETTINGS, ENV_PREFIX)
         rules = load_rules(v["table_config"])
         options = initial_load.LoadOptions(workers=v["load_workers"], pages_per_range=v["pages_per_range"])
-        if v["engine"] not in ("local", "spark"):
-            raise UsageError(f"--engine must be local or spark, not {v['engine']!r}")
+        check_engine(v["engine"])
     except (SettingsError, TableConfigError, initial_load.LoadError) as e:
         raise UsageError(str(e)) from None
     spark = None

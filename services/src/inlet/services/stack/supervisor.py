@@ -84,7 +84,8 @@ class StackConfig:
     dir: str
     database: str = "app"  # the source database; also Debezium's topic prefix
     tables: tuple[str, ...] = ("public.*",)  # globs of <schema>.<table> that replicate
-    engine: str = "local"  # the writer's and the initial load's engine: local | spark
+    # the engine of the writer, the initial load and the table services' compactions: local | spark
+    engine: str = "local"
     spark_master: str = "local[2]"  # with engine spark: local[N] or spark://HOST:PORT
     buckets: int = 4
     batch_interval_ms: int = 1000
@@ -372,6 +373,11 @@ class Stack:
             self.coordinator_address,
             "--metrics-listen",
             f"127.0.0.1:{port}",
+            # compactions on the writer's engine: Spark jobs on the same master with --engine spark
+            "--engine",
+            self.config.engine,
+            "--spark-master",
+            self.config.spark_master,
             *(a for opt in self.consumer_options for a in ("--kafka-option", opt)),
         )
         return [

@@ -14,6 +14,12 @@ A table another instance holds, or whose run failed, stays pending and is retrie
 a run handled them, so a restart runs them again (the services are idempotent: a run with nothing
 due does nothing). Commit events of the service's own instants bring the table back once: the run
 they cause finds nothing due.
+
+With ``engine="spark"`` the compaction plans execute as Spark jobs of one session the service
+starts at its first compaction and keeps until it stops (``spark_master``: ``local[N]`` or a
+cluster's ``spark://HOST:PORT``; ``spark_conf`` on top of the service defaults); the service is the
+job's driver, so scheduling, heartbeats, the commit and the rollback of a failed run go through the
+coordinator as with the local engine.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -32,7 +38,17 @@ from inlet.services.commit_events import DEFAULT_TOPIC, CommitEventFollower, Pen
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol, default_writer_id
 from inlet.services.coordinator_client.locks import hold_lease
 from inlet.services.logs import log_event
-from inlet.services.table_services.actions import ALL_SERVICES, STALE_PLAN_S, ServiceRun, run_services
+from inlet.services.table_services.actions import (
+    ALL_SERVICES,
+    LOCAL,
+    STALE_PLAN_S,
+    Engine,
+    ServiceRun,
+    run_services,
+)
+
+if TYPE_CHECKING:
+    from inlet.core import CommitResult
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +73,9 @@ class ServiceConfig:
     coordinator_ca: bytes | None = None
     coordinator_tls: bool = False
     kafka: dict[str, Any] = field(default_factory=dict)
+    engine: str = "local"  # where compaction plans execute: local | spark
+    spark_master: str = "local[2]"
+    spark_conf: dict[str, str] = field(default_factory=dict)
 
 
 class Metrics:
@@ -105,6 +124,26 @@ class TableServicesService:
         self.ran = threading.Condition()
         self.run_count = 0
         self._coordinator_ok = True
+        self._spark: Any = None  # the Spark session of engine "spark", started at the first compaction
+        self.engine = Engine("spark", self._compact_on_spark) if config.engine == "spark" else LOCAL
+
+    def _spark_session(self) -> Any:
+        if self._spark is None:
+            from inlet.services.writer.spark_load import spark_session
+
+            c = self.config
+            self._spark = spark_session(c.spark_master, c.spark_conf, "inlet table services")
+            log_event(log, logging.INFO, "spark session started", master=self._spark.sparkContext.master)
+        return self._spark
+
+    def _compact_on_spark(
+        self, table: HudiTable, instant: str, options: dict[str, str]
+    ) -> CommitResult | None:
+        import inlet.core.spark as inlet_spark
+
+        return inlet_spark.run_compaction(
+            self._spark_session(), table.base_path, instant, options, commit_protocol=table.commit_protocol
+        )
 
     def health(self) -> tuple[bool, Mapping[str, Any]]:
         return self._coordinator_ok, {
@@ -134,6 +173,9 @@ class TableServicesService:
         finally:
             self.events.close()
             self.client.close()
+            if self._spark is not None:
+                self._spark.stop()
+                self._spark = None
         return 0
 
     def _run_table(self, p: PendingTable) -> None:
@@ -145,7 +187,12 @@ class TableServicesService:
                 try:
                     table = HudiTable.open(p.base_path, commit_protocol=protocol)
                     result = run_services(
-                        table, p.table_id, self.config.services, self.config.options, self.config.stale_plan_s
+                        table,
+                        p.table_id,
+                        self.config.services,
+                        self.config.options,
+                        self.config.stale_plan_s,
+                        self.engine,
                     )
                 finally:
                     protocol.close()
