@@ -28,6 +28,7 @@ from inlet.services.runtime import (
     resolve,
     serve_http,
 )
+from inlet.services.writer import DEFAULT_GROUP as WRITER_GROUP
 
 ENV_PREFIX = "INLET_WRITER_"
 
@@ -64,8 +65,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "group",
         "--group",
-        "Kafka consumer group (its offsets are for lag monitoring only)",
-        default="inlet-writer",
+        "Kafka consumer group (committed after each lake commit, for lag monitoring and the Kafka "
+        "janitor's retention; the writer resumes from the lake's checkpoint)",
+        default=WRITER_GROUP,
         metavar="NAME",
     ),
     *ENGINE_SETTINGS,

@@ -399,6 +399,7 @@ class Stack:
         from inlet.services.catalog_sync.service import DEFAULT_GROUP as CATALOG_GROUP
         from inlet.services.cdc_consumer.settings import DEFAULT_GROUP as CDC_GROUP
         from inlet.services.table_services.service import DEFAULT_GROUP as SERVICES_GROUP
+        from inlet.services.writer import DEFAULT_GROUP as WRITER_GROUP
 
         storage = self.kafka.storage.resolve()
         port = self.ports.get("kafka_janitor_metrics")
@@ -406,7 +407,7 @@ class Stack:
             *((SERVICES_GROUP,) if self.config.table_services else ()),
             *((CATALOG_GROUP,) if self.config.catalog else ()),
         ]
-        rules = [f"{self.config.database}.*={CDC_GROUP}", "inlet.changes.*=inlet-writer"]
+        rules = [f"{self.config.database}.*={CDC_GROUP}", f"inlet.changes.*={WRITER_GROUP}"]
         if commits_groups:
             rules.append(f"inlet.commits={','.join(commits_groups)}")
         argv = CommandComponent.inlet(

@@ -4,3 +4,7 @@ Modules: :mod:`.rows` (ChangeEvents -> Arrow), :mod:`.checkpoint` (Hudi Streamer
 commit metadata), :mod:`.batcher` (per-table buffers and transaction-aligned cuts), :mod:`.tables`
 (per-table configuration and creation), :mod:`.service` (the consumer loop), :mod:`.metrics`.
 """
+
+#: the writer's Kafka consumer group; its offsets are committed only after the lake commit that
+#: holds them, so the Kafka janitor may delete below them
+DEFAULT_GROUP = "inlet-writer"

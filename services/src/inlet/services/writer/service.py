@@ -63,8 +63,8 @@ from inlet.services.dead_letters import DEFAULT_TOPIC as DEFAULT_DLQ_TOPIC
 from inlet.services.dead_letters import DeadLetterError, DeadLetterSink, Headers, fetch, message_headers
 from inlet.services.logs import log_event
 from inlet.services.runtime import Liveness
+from inlet.services.writer import DEFAULT_GROUP, tables
 from inlet.services.writer import checkpoint as ckpt
-from inlet.services.writer import tables
 from inlet.services.writer.batcher import Cut, Entry, TableBuffer
 from inlet.services.writer.lookup import batch_input
 from inlet.services.writer.metrics import WriterMetrics
@@ -87,7 +87,7 @@ class WriterConfig:
     coordinator: str
     lake_root: str
     topic_pattern: str = r"^inlet\.changes\..*"
-    group: str = "inlet-writer"
+    group: str = DEFAULT_GROUP
     engine: str = "local"
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = field(default_factory=dict)
