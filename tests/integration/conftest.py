@@ -1,6 +1,5 @@
-"""Fixtures shared by the integration tests: ``lake`` (a directory under tmp_path), ``coordinator`` (a real
-coordinator on the test's database, insecure, loopback, tables under ``lake``; directories override it
-where they need another), ``slot`` (an initial load's replication slot name, dropped afterwards) and
+"""Fixtures shared by the integration tests: ``lake``, ``coordinator`` and ``slot`` (from
+:mod:`support.lake_fixtures`; directories override ``coordinator`` where they need another) and
 ``events_coordinator`` for services that follow commit events. ``s3_server`` is a real SeaweedFS S3
 server per module with a bucket ``lake``; ``s3_lake`` a fresh ``s3://lake/<prefix>`` per test, reached
 through the AWS environment variables (set for the test), ``s3_options`` the same explicitly."""
@@ -11,8 +10,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
+from support.lake_fixtures import coordinator, lake, slot  # noqa: F401 (fixtures)
 
 from inlet.core.s3 import S3Options
 from inlet.services.coordinator.config import CoordinatorConfig
@@ -40,42 +39,6 @@ def events_coordinator(
         yield server
     finally:
         server.stop(0)
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    root = tmp_path / "lake"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def coordinator(pg_url: str, lake: Path) -> Iterator[RunningServer]:
-    server = serve(
-        CoordinatorConfig(
-            listen="127.0.0.1:0",
-            database_url=pg_url,
-            lake_roots=(str(lake),),
-            insecure=True,
-            janitor_interval_ms=200,
-            max_workers=16,
-            db_pool_size=8,
-            grace_s=1.0,
-        )
-    )
-    yield server
-    server.stop(0)
-
-
-@pytest.fixture
-def slot(pg_url: str) -> Iterator[str]:
-    """A replication slot name for an initial load on the test's database; the slot is dropped
-    afterwards, before the database is."""
-    name = "load_" + uuid.uuid4().hex[:10]
-    yield name
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone():
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
 
 S3_BUCKET = "lake"

@@ -1,4 +1,5 @@
-"""One local Spark session for the Spark-engine tests: ``local[2]``, loopback only, UI off.
+"""One local Spark session for the Spark-engine tests: ``local[2]``, loopback only, UI off; and
+the integration tests' ``lake``, ``coordinator`` and ``slot`` (:mod:`support.lake_fixtures`).
 
 Executors' Python workers run this interpreter (``PYSPARK_PYTHON``), so they import the same
 ``inlet.core`` as the driver.
@@ -15,6 +16,7 @@ import pytest
 pyspark = pytest.importorskip("pyspark")
 
 from pyspark.sql import SparkSession  # noqa: E402
+from support.lake_fixtures import coordinator, lake, slot  # noqa: E402, F401 (fixtures)
 
 
 def spark_builder(master: str = "local[2]", app: str = "inlet-tests") -> SparkSession.Builder:

@@ -6,8 +6,6 @@ from the ranges left."""
 from __future__ import annotations
 
 import itertools
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,37 +15,9 @@ from pyspark.sql import SparkSession
 from support.loads import lake_rows, load, table_path
 
 from inlet.core import HudiTable
-from inlet.services.coordinator.config import CoordinatorConfig
-from inlet.services.coordinator.server import RunningServer, serve
+from inlet.services.coordinator.server import RunningServer
 from inlet.services.writer import initial_load, spark_load
 from inlet.services.writer.load_ranges import PageRange, read_progress
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    root = tmp_path / "lake"
-    root.mkdir()
-    return root
-
-
-@pytest.fixture
-def coordinator(pg_url: str, lake: Path) -> Iterator[RunningServer]:
-    server = serve(
-        CoordinatorConfig(
-            listen="127.0.0.1:0", database_url=pg_url, lake_roots=(str(lake),), insecure=True, grace_s=1.0
-        )
-    )
-    yield server
-    server.stop(0)
-
-
-@pytest.fixture
-def slot(pg_url: str) -> Iterator[str]:
-    name = "load_" + uuid.uuid4().hex[:10]
-    yield name
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (name,)).fetchone():
-            conn.execute("SELECT pg_drop_replication_slot(%s)", (name,))
 
 
 def _fill(url: str, table: str, rows: int) -> None:
