@@ -46,8 +46,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
 JOB = """
-import contextlib, io, json, logging, sys
-sys.path.insert(0, sys.argv[1])
+import contextlib, io, json, logging, os, sys
+sys.path[:0] = [sys.argv[1], os.path.dirname(sys.argv[1])]  # tests/spark (conftest), tests (support)
 base = sys.argv[2]
 out = {}
 

@@ -62,12 +62,28 @@ def test_changes_acknowledged_before_the_end_relay_it_at_once_and_a_truncate_cou
     ends = TransactionEnds(wait_s=60)
     batch = Batch()
     key = ("db.s.t", "tx1")
-    for p in range(4):  # a TRUNCATE: a copy in every partition, one event
-        ends.change_ack(batch.ack, key, int(p == 0))(None, Msg(p))
+    for ack, p in zip(ends.truncate_acks(batch.ack, key, 4), range(4), strict=True):
+        ack(None, Msg(p))  # a TRUNCATE: a copy in every partition, one event
     ends.change_ack(batch.ack, key)(None, Msg(1))
     ends.park(key, _end(batch, 2))
     (ready,) = ends.ready()
     assert ready.counts == {0: 1, 1: 2, 2: 1, 3: 1} and not ready.late
+
+
+def test_an_end_waits_for_every_copy_of_a_truncate() -> None:
+    """A TRUNCATE is one event of the transaction but a copy in every partition: its END is relayed
+    only once all copies are acknowledged, whichever comes first (each partition's count is in it)."""
+    ends = TransactionEnds(wait_s=60)
+    batch = Batch()
+    key = ("db.s.t", "tx1")
+    ends.park(key, _end(batch, 1))
+    acks = ends.truncate_acks(batch.ack, key, 4)
+    for p in (0, 2, 1):  # the first partition's copy acknowledged first
+        acks[p](None, Msg(p))
+        assert ends.ready() == [], f"relayed before the copy in partition 3 (after {p})"
+    acks[3](None, Msg(3))
+    (ready,) = ends.ready()
+    assert ready.counts == {0: 1, 1: 1, 2: 1, 3: 1} and not ready.late
 
 
 def test_a_failed_delivery_does_not_count_and_the_wait_relays_what_came() -> None:

@@ -428,8 +428,9 @@ class CdcConsumerService:
                     )
                     if change.op == truncate:  # every partition's writer must see it, in order
                         tx_id = change.transaction.id
-                        for p in range(self._output_partitions(out_topic)):
-                            counted = ends.change_ack(ack, (table, tx_id), int(p == 0)) if tx_id else None
+                        n = self._output_partitions(out_topic)
+                        acks = ends.truncate_acks(ack, (table, tx_id), n) if tx_id else [None] * n
+                        for p, counted in enumerate(acks):
                             self._produce(batch, out_topic, value, b"", headers, p, counted, source=m)
                     else:
                         tx_id = change.transaction.id

@@ -71,29 +71,45 @@ class TransactionEnds:
     def parked(self) -> int:
         return len(self._parked)
 
-    def change_ack(
-        self, batch_ack: Callable[[Any, Any], None], key: Key, event: int = 1
-    ) -> Callable[[Any, Any], None]:
+    def change_ack(self, batch_ack: Callable[[Any, Any], None], key: Key) -> Callable[[Any, Any], None]:
         """The delivery callback of a change of transaction ``key``: the batch's, then counted in its
-        partition; ``event`` is its weight in the transaction's event count (a TRUNCATE's copies to
-        every partition: 1 for the first, 0 for the others)."""
+        partition (a TRUNCATE's copies: :meth:`truncate_acks`)."""
 
         def on_delivery(err: Any, msg: Any) -> None:
             batch_ack(err, msg)
             if err is None:
-                counts = self._delivered.get(key)
-                if counts is None:
-                    counts = self._delivered[key] = {}
-                    if len(self._delivered) > MAX_OPEN:
-                        old, _ = self._delivered.popitem(last=False)
-                        self._events.pop(old, None)
-                part = msg.partition()
-                counts[part] = counts.get(part, 0) + 1
-                self._events[key] = self._events.get(key, 0) + event
-                if key in self._parked:
-                    self._check.add(key)
+                self._count(key, msg.partition(), 1)
 
         return on_delivery
+
+    def _count(self, key: Key, partition: int, event: int) -> None:
+        """One acknowledged copy of a change of ``key`` in ``partition``, weighing ``event`` events."""
+        counts = self._delivered.get(key)
+        if counts is None:
+            counts = self._delivered[key] = {}
+            if len(self._delivered) > MAX_OPEN:
+                old, _ = self._delivered.popitem(last=False)
+                self._events.pop(old, None)
+        counts[partition] = counts.get(partition, 0) + 1
+        self._events[key] = self._events.get(key, 0) + event
+        if key in self._parked:
+            self._check.add(key)
+
+    def truncate_acks(
+        self, batch_ack: Callable[[Any, Any], None], key: Key, copies: int
+    ) -> list[Callable[[Any, Any], None]]:
+        """The delivery callbacks of a TRUNCATE's ``copies`` (one per partition): each counts in its
+        partition, and the TRUNCATE counts as the transaction's one event only once every copy is
+        acknowledged, so its END never goes out before a partition's copy is in."""
+        left = [copies]
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            batch_ack(err, msg)
+            if err is None:
+                left[0] -= 1
+                self._count(key, msg.partition(), int(left[0] == 0))
+
+        return [on_delivery] * copies
 
     def park(self, key: Key, end: ParkedEnd) -> None:
         """Keep an END until its changes are acknowledged (the caller holds one pending ack on its batch)."""
