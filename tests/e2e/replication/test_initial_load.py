@@ -222,9 +222,9 @@ def loaded_stack(spark_cluster: StandaloneCluster) -> Iterator[RunningStack]:
     # streamed changes by Spark jobs and the table services compact by Spark jobs; the local
     # engine's load, writer and table services are proven by the integration tests and the other
     # stack tests
-    saved = {k: os.environ.get(k) for k in STACK_ENV}
-    os.environ.update(STACK_ENV)
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in STACK_ENV.items():
+            mp.setenv(k, v)
         yield from supervised(
             root,
             persistent_kafka=False,
@@ -233,12 +233,6 @@ def loaded_stack(spark_cluster: StandaloneCluster) -> Iterator[RunningStack]:
             spark_master=spark_cluster.master_url,
             table_services=True,
         )
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_copy_loaded_tables_equal_postgres_and_what_streaming_stores(loaded_stack: RunningStack) -> None:

@@ -20,7 +20,8 @@ from inlet.services.table_services.actions import COMPACTION, run_services
 DUE = {"hoodie.compact.inline.max.delta.commits": "1"}
 
 
-def test_fresh_plans_are_left_to_their_scheduler_and_stale_ones_run(tmp_path: Path) -> None:
+def _mor_table_with_a_compaction_plan(tmp_path: Path) -> tuple[str, str]:
+    """A Merge-on-Read table with two upserts and a compaction plan requested: (path, its instant)."""
     path = str(tmp_path / "t")
     HudiTable.create(path, name="t", record_key="id", ordering_field="ts", table_type="MERGE_ON_READ")
     for ts in (1, 2):
@@ -29,6 +30,11 @@ def test_fresh_plans_are_left_to_their_scheduler_and_stale_ones_run(tmp_path: Pa
         )
     planned = HudiTable.open(path).schedule_compaction(DUE)
     assert planned is not None
+    return path, planned
+
+
+def test_fresh_plans_are_left_to_their_scheduler_and_stale_ones_run(tmp_path: Path) -> None:
+    path, planned = _mor_table_with_a_compaction_plan(tmp_path)
 
     fresh = run_services(HudiTable.open(path), "t", (COMPACTION,), {}, stale_plan_s=3600)
     assert fresh.completed == {} and any(planned in why for why in fresh.skipped)
@@ -65,14 +71,7 @@ HudiTable.open(path).run_compaction(planned, {"hoodie.compact.inline.max.delta.c
 def test_an_inflight_compaction_is_its_runners_until_that_one_dies_then_it_is_run_again(
     tmp_path: Path,
 ) -> None:
-    path = str(tmp_path / "t")
-    HudiTable.create(path, name="t", record_key="id", ordering_field="ts", table_type="MERGE_ON_READ")
-    for ts in (1, 2):
-        HudiTable.open(path).write(
-            pa.table({"id": pa.array([1, 2], pa.int64()), "ts": pa.array([ts, ts], pa.int64())}), "upsert"
-        )
-    planned = HudiTable.open(path).schedule_compaction(DUE)
-    assert planned is not None
+    path, planned = _mor_table_with_a_compaction_plan(tmp_path)
     ready = tmp_path / "ready"
     runner = subprocess.Popen([sys.executable, "-c", RUNNER, path, planned, str(ready)])
     try:

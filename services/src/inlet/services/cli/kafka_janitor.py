@@ -9,6 +9,7 @@ from typing import Any
 
 from inlet.services.cli.errors import EXIT_OK, CliError, UsageError
 from inlet.services.cli.options import parse_key_values
+from inlet.services.kafka_janitor.janitor import DEFAULT_PROTECT
 from inlet.services.runtime import Setting, SettingsError, add_arguments, resolve, run_until_stopped
 
 ENV_PREFIX = "INLET_KAFKA_JANITOR_"
@@ -47,7 +48,7 @@ SETTINGS: tuple[Setting, ...] = (
         "--protect",
         "globs of topics never cleaned, whatever the rules say",
         kind="list",
-        default=("__*", "connect-*", "_schemas", "inlet.dlq*"),
+        default=DEFAULT_PROTECT,
         metavar="GLOB[,GLOB]",
     ),
     Setting(
