@@ -169,6 +169,9 @@ def test_a_load_killed_midway_resumes_from_the_ranges_left(
     assert len(_load_commits(path)) == len(commits)
 
 
+_POOLS: list[pa.MemoryPool] = []
+
+
 def test_memory_is_bounded_by_the_range_not_the_table(
     pg_url: str, coordinator: RunningServer, lake: Path, slot: str
 ) -> None:
@@ -176,6 +179,9 @@ def test_memory_is_bounded_by_the_range_not_the_table(
     ranges held the whole table as one Arrow table)."""
     size = _fill(pg_url, "src_big", 30_000, pad=30)  # ~1 KB rows, ~30 MB
     pool = pa.proxy_memory_pool(pa.default_memory_pool())
+    # kept for the life of the worker: a buffer another thread of this process allocated through it
+    # while it was the default may be freed after the test (a freed pool there crashed a CI worker)
+    _POOLS.append(pool)
     before = pa.default_memory_pool()
     pa.set_memory_pool(pool)
     try:
