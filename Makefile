@@ -11,6 +11,10 @@ export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
 .PHONY: install demo demo-s3 test test-fast check bench clean proto docs
 
+# The Java parts (Apache Kafka, Hive's metastore, Apache Hudi's Spark bundles) are pinned in
+# services/src/inlet/services/stack/maven/pom.xml and resolved by mvn into Maven's local repository
+# (checksums checked); the stack and the tests read the classpath files it writes, offline.
+
 # Bootstrap uv into a private tools venv (works where the system pip is externally managed),
 # then install the whole workspace from the lock file into .venv.
 $(UV):
@@ -31,6 +35,7 @@ install: $(UV)
 	  echo "make install: no MIT Kerberos here (apt-get install $(KRB5_DEBS)); the Kerberos metastore test will skip"
 	$(UV) sync --locked --all-packages $$(command -v krb5-config >/dev/null && echo --extra kerberos) --python $(PYTHON)
 	@test -x $(VENV)/bin/inlet
+	$(VENV)/bin/python -m inlet.services.stack.maven
 
 # LAKE=s3 (or `make demo-s3`): the lake in the stack's own SeaweedFS bucket, read and checked over S3;
 # LAKE=s3://BUCKET/PREFIX: an external store (AWS_* environment).

@@ -1,0 +1,5 @@
+import sys
+
+from inlet.services.stack.maven import main
+
+sys.exit(main())
