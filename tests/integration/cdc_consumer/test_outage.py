@@ -1,7 +1,8 @@
 """Broker outages: the service neither crashes nor drops what it had consumed, and resumes once a broker is back.
 
-The brokers here are Tansu with memory storage: a restarted broker is empty, so these tests check the
-consumer's behaviour across the outage, not the broker's data retention.
+A broker that comes back is a new Apache Kafka on a fresh temporary directory at the old address: it is
+empty and knows none of the producer ids it gave out (the idempotent producer must start over), so these
+tests check the consumer's behaviour across the outage, not the broker's data retention.
 """
 
 from __future__ import annotations
