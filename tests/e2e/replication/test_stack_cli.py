@@ -151,7 +151,8 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         assert addresses["source"] == {"url": url.replace(PASSWORD, "***"), "slot": name}
         for host_port in (addresses["kafka"]["bootstrap"], addresses["coordinator"]["address"]):
             assert host_port.startswith("127.0.0.1:")
-        assert addresses["kafka"]["storage"] == "s3://kafka/"  # the durable default: the stack's SeaweedFS
+        # Apache Kafka keeps its data (and cluster id) under DIR/kafka, so `down` + `up` resumes
+        assert addresses["kafka"]["data"] == str(d.resolve() / "kafka") and addresses["kafka"]["cluster_id"]
         lake = Lake(url, Path(addresses["lake"]), "shop")
         with psycopg.connect(source_pg.url(), autocommit=True) as conn:  # nothing made there but these
             assert [r[0] for r in conn.execute("SELECT datname FROM pg_database ORDER BY 1")] == [
@@ -171,7 +172,7 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             assert c["healthy"] is True and c["restarts"] == 0, c
         assert st["source"]["slot"] == name and st["source"]["active"] is True
         # Apache Kafka keeps its data under DIR/kafka; the CDC consumer gives its topics Kafka's retention
-        assert comps["kafka"]["data"] == str(d / "kafka") and comps["kafka"]["cluster_id"]
+        assert comps["kafka"]["data"] == str(d.resolve() / "kafka") and comps["kafka"]["cluster_id"]
         cdc_argv = Path(f"/proc/{comps['cdc_consumer']['pid']}/cmdline").read_bytes().split(b"\0")
         assert cdc_argv[cdc_argv.index(b"--topic-retention-ms") + 1] == b"604800000", cdc_argv
         assert (
@@ -184,7 +185,7 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
             assert endpoint == comps[component]["metrics"] and endpoint.startswith("http://127.0.0.1:")
             names = exposed_names(scrape(endpoint))
             assert names >= METRICS.get(component, set()), (component, METRICS[component] - names)
-        assert f"data {d / 'kafka'}" in inlet("stack", "status", "--dir", str(d))
+        assert f"data {d.resolve() / 'kafka'}" in inlet("stack", "status", "--dir", str(d))
 
         # a killed component is restarted and says so
         old = comps["cdc_consumer"]["pid"]
@@ -241,12 +242,15 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         assert st["source"]["holds_wal_while_stopped"] is True and st["source"]["active"] is False
         text = inlet("stack", "status", "--dir", str(d))
         assert f"the stack is stopped but slot {name} holds" in text, text
-        assert "storage s3://kafka/" in text, text  # the broker's engine, from the last stack.json
+        assert f"data {d.resolve() / 'kafka'}" in text, text  # the broker's data, from the last stack.json
 
         # up again, without --source: the saved one; the pipeline resumes where it was
         again = json.loads(inlet("stack", "up", "--dir", str(d)).splitlines()[-1])
         assert again["source"] == addresses["source"]
         assert again["kafka"]["bootstrap"] == addresses["kafka"]["bootstrap"]
+        assert (
+            again["kafka"]["cluster_id"] == addresses["kafka"]["cluster_id"]
+        )  # the same cluster, its data kept
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("INSERT INTO cli_items (id, v) VALUES (1000, 'after the restart')")
             conn.execute("UPDATE cli_items SET v = 'changed after the restart' WHERE id = 2")
