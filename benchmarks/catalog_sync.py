@@ -10,7 +10,7 @@ Run ``.venv/bin/python benchmarks/catalog_sync.py --help``.
    Each of ``full`` and ``incremental`` runs ``--repeat`` times on fresh changes; medians are reported with
    the metastore calls of one run.
 2. Latency from commit to catalog with the service: an in-process ``CatalogSyncService`` (``--coalesce``)
-   follows ``inlet.commits`` on an embedded Tansu broker; each of ``--commits`` commits (one row, local commit
+   follows ``inlet.commits`` on an embedded Apache Kafka broker; each of ``--commits`` commits (one row, local commit
    protocol) is announced with a ``CommitEvent`` right after it completes, and the latency is the time until
    the metastore's ``last_commit_time_sync`` names it.
 

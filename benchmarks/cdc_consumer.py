@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/cdc_consumer.py [--events 30000] [--avro-events 30000]
 
-What runs, on this machine, in one process (the broker is a Tansu subprocess, memory storage):
+What runs, on this machine, in one process (the broker is an Apache Kafka JVM subprocess, temporary data):
 
 - ``parse floor``: ``orjson.loads`` of every value (JSON), ``fastavro.schemaless_reader`` of every body
   (Avro) -- the least any consumer must do with these bytes;

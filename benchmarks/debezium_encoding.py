@@ -1,10 +1,9 @@
 """Bytes and CPU per change event for each way Debezium can hand events to the CDC consumer (issue #23).
 
     .venv/bin/python benchmarks/debezium_encoding.py [--changes 20000] [--variants all]
-        [--kafka-storage memory|s3]
 
-A script that prints a table (not a test). One embedded PostgreSQL and one Tansu broker (memory
-storage by default; ``s3`` puts its topics in an embedded SeaweedFS as ``inlet stack up`` does); for
+A script that prints a table (not a test). One embedded PostgreSQL and one Apache Kafka broker
+(KRaft, as ``inlet stack up`` runs it); for
 each variant a fresh Debezium connector (its own slot and topic prefix, no snapshot) streams the same
 load: ``--changes`` changes on the 20-column table of ``benchmarks/replication.py`` (inserts, updates,
 deletes 30/50/20 in transactions of 20 changes, as fast as one connection commits them). Measured:
@@ -14,7 +13,7 @@ deletes 30/50/20 in transactions of 20 changes, as fast as one connection commit
   as the producer compressed them, plus the fetch protocol's overhead);
 - **Debezium ms CPU / 1,000 events**: the Connect JVM's CPU from the first commit until the topic
   holds every event (the JVM idles in between: its idle CPU is included);
-- **broker ms CPU / 1,000 events**: Tansu's (and SeaweedFS's with ``s3``) over the same window;
+- **broker ms CPU / 1,000 events**: Apache Kafka's over the same window;
 - **decode µs CPU / event**: :class:`inlet.services.cdc_consumer.Decoder` on every record, in this
   process (JSON without schemas takes its column types from :class:`PostgresCatalog`, as ``inlet cdc run
   --database-url`` does; the catalog is read once per table, outside the loop);
@@ -45,7 +44,6 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartiti
 
 from inlet.services.cdc_consumer import Decoder, PostgresCatalog
 from inlet.services.stack import EmbeddedDebezium, EmbeddedKafka, EmbeddedPostgres
-from inlet.services.stack.s3 import EmbeddedS3, kafka_storage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from replication import COLUMNS_DDL, ROW_EXPR_PARAM
@@ -325,7 +323,6 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--changes", type=int, default=20_000, help="changes per variant")
     p.add_argument("--variants", default="all", help=f"comma-separated: {', '.join(VARIANTS)} (default all)")
-    p.add_argument("--kafka-storage", choices=("memory", "s3"), default="memory")
     p.add_argument("--json", type=Path, help="also write the results as JSON")
     args = p.parse_args(argv)
     names = list(VARIANTS) if args.variants == "all" else [v.strip() for v in args.variants.split(",")]
@@ -334,33 +331,26 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown variant {unknown[0]!r}: use {', '.join(VARIANTS)}")
     results = []
     load0 = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="inlet-enc-") as tmp:
-        s3 = EmbeddedS3(Path(tmp) / "s3") if args.kafka_storage == "s3" else None
-        if s3 is not None:
-            s3.start()
-        try:
-            storage = kafka_storage(s3, "kafka") if s3 is not None else None
-            with EmbeddedPostgres() as pg, EmbeddedKafka(storage=storage) as kafka:
-                url = pg.create_database("enc")
-                with psycopg.connect(url, autocommit=True) as conn:
-                    conn.execute(f"CREATE TABLE {TABLE} ({COLUMNS_DDL})")
-                broker = [pid for pid in (kafka.pid, s3.pid if s3 else None) if pid]
-                for name in names:
-                    print(f"[{time.strftime('%H:%M:%S')}] {name} ...", file=sys.stderr, flush=True)
-                    try:
-                        r = measure(VARIANTS[name], pg, url, kafka, broker, args.changes)
-                    except Exception as e:  # e.g. a codec the broker refuses
-                        r = {"variant": VARIANTS[name].name, "error": f"{type(e).__name__}: {e}"[:300]}
-                    r["key"] = name
-                    print(json.dumps(r), file=sys.stderr, flush=True)
-                    results.append(r)
-        finally:
-            if s3 is not None:
-                s3.stop()
+    with (
+        tempfile.TemporaryDirectory(prefix="inlet-enc-") as tmp,
+        EmbeddedPostgres() as pg,
+        EmbeddedKafka(data_dir=Path(tmp) / "kafka") as kafka,
+    ):
+        url = pg.create_database("enc")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"CREATE TABLE {TABLE} ({COLUMNS_DDL})")
+        broker = [pid for pid in (kafka.pid,) if pid]
+        for name in names:
+            print(f"[{time.strftime('%H:%M:%S')}] {name} ...", file=sys.stderr, flush=True)
+            try:
+                r = measure(VARIANTS[name], pg, url, kafka, broker, args.changes)
+            except Exception as e:  # e.g. a codec the broker refuses
+                r = {"variant": VARIANTS[name].name, "error": f"{type(e).__name__}: {e}"[:300]}
+            r["key"] = name
+            print(json.dumps(r), file=sys.stderr, flush=True)
+            results.append(r)
     load1 = os.getloadavg()
-    print(
-        f"# Debezium -> CDC consumer encodings ({args.changes:,} changes each, broker storage {args.kafka_storage})\n"
-    )
+    print(f"# Debezium -> CDC consumer encodings ({args.changes:,} changes each, broker Apache Kafka)\n")
     print(
         "| variant | events | value B/event | key+value B/event | fetched B/event | Debezium ms CPU/1k "
         "| broker ms CPU/1k | decode µs CPU/event | load s | last commit -> topic s | 20 tx/s: commit -> topic p50 / p99 |"

@@ -4,7 +4,7 @@
         [--seconds 30] [--snapshot-rows 1000000] [--initial-loads copy,debezium] [--dir DIR] [--json FILE]
 
 A script that prints a table (not a test). For each engine it brings up the whole local stack
-(``inlet stack up``: embedded PostgreSQL, S3 + Tansu, the coordinator, Debezium, the CDC consumer and
+(``inlet stack up``: embedded PostgreSQL, Apache Kafka, the coordinator, Debezium, the CDC consumer and
 the writer, every process on 127.0.0.1) in a fresh directory and measures:
 
 1. **Initial snapshot.** Before the stack first starts, PostgreSQL alone is started in the stack's own
@@ -38,9 +38,7 @@ the writer, every process on 127.0.0.1) in a fresh directory and measures:
 Also printed: the CPU cores each component's process tree used in each phase (from the pids in
 ``stack.json``; "benchmark" is this process: load generator, probe and listener together).
 
-``--kafka-storage s3`` (default) runs the broker as ``inlet stack up`` does, its topics in the local S3
-store; ``memory`` starts the same stack with ``persistent_kafka=False`` (``stack up`` has no flag for it,
-so the benchmark saves the configuration and starts ``inlet stack supervise`` itself).
+The broker is Apache Kafka as ``inlet stack up`` runs it (KRaft, data under the stack's directory).
 
 Targets (issue 11): p99 freshness < 5 s at 2,000 changes/s; 1M-row initial load < 2 minutes.
 Progress goes to stderr; the table (markdown) to stdout. The stack is stopped on exit, Ctrl-C or failure.
@@ -77,7 +75,7 @@ from inlet.core import HudiTable
 from inlet.core.timeline.instant import parse_instant_time
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.stack.postgres import EmbeddedPostgres
-from inlet.services.stack.supervisor import PID_FILE, PORTS_FILE, Ports, StackConfig
+from inlet.services.stack.supervisor import PID_FILE, PORTS_FILE, Ports
 
 DATABASE = "app"
 SNAP_TABLE = "snap"
@@ -180,7 +178,6 @@ class StackRun:
         directory: Path,
         engine: str,
         batch_interval_ms: int | None,
-        kafka_storage: str = "s3",
         initial_load: str = "copy",
         debezium_schemas: bool | None = None,
     ) -> None:
@@ -189,7 +186,6 @@ class StackRun:
         self.engine = engine
         self.initial_load = initial_load
         self.batch_interval_ms = batch_interval_ms
-        self.kafka_storage = kafka_storage
         self.addresses: dict[str, Any] = {}
         self.started = False
         self.pg: EmbeddedPostgres | None = None
@@ -228,39 +224,6 @@ class StackRun:
             args += ["--batch-interval-ms", str(self.batch_interval_ms)]
         if self.debezium_schemas is not None:
             args += ["--debezium-schemas" if self.debezium_schemas else "--no-debezium-schemas"]
-        if self.kafka_storage == "memory":
-            # `stack up` has no flag for it: save the configuration with persistent_kafka=False and
-            # start the supervisor as `up` would; `up` then finds it running and waits for it
-            config = StackConfig(
-                dir=str(self.dir.resolve()),
-                database=DATABASE,
-                engine=self.engine,
-                persistent_kafka=False,
-                initial_load=self.initial_load,
-                **({"batch_interval_ms": self.batch_interval_ms} if self.batch_interval_ms else {}),
-                **({"debezium_schemas": self.debezium_schemas} if self.debezium_schemas is not None else {}),
-            )
-            config.save()
-            (self.dir / "logs").mkdir(parents=True, exist_ok=True)
-            with open(self.dir / "logs" / "supervisor.log", "ab") as log:
-                proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "inlet.services.cli.main",
-                        "stack",
-                        "supervise",
-                        "--dir",
-                        str(self.dir.resolve()),
-                    ],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,
-                    env={**os.environ, "INLET_LOG_FORMAT": "json", "INLET_LOG_LEVEL": "INFO"},
-                )
-            (self.dir / PID_FILE).write_text(str(proc.pid))
-            self.supervisor = proc
         out = inlet_cli(*args, timeout=900)
         self.addresses = json.loads(out.strip().splitlines()[-1])
         return self.addresses
@@ -586,8 +549,7 @@ def measure_snapshot(stack: StackRun, rows: int, timeout_s: float) -> dict[str, 
             dbz = high_watermark(consumer, table_id) or 0
             cdc = high_watermark(consumer, f"inlet.changes.{table_id}") or 0
             written = msum(scrape(writer_url), "inlet_writer_records_written_total", table_id)
-            # Tansu's high watermark may trail by one per partition: allow that slack
-            # a stage is done when its topic stops growing (Tansu's high watermark may trail a little)
+            # a stage is done when its topic stops growing
             if dbz > last_dbz:
                 last_dbz, reached["debezium"] = dbz, now
             if cdc > last_cdc:
@@ -971,8 +933,7 @@ def _n(v: Any) -> str:
 CPU_COLUMNS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("PostgreSQL", ("postgres",)),
     ("Debezium", ("debezium",)),
-    ("broker (Tansu)", ("kafka",)),
-    ("its store (SeaweedFS)", ("s3",)),
+    ("broker (Apache Kafka)", ("kafka",)),
     ("CDC consumer", ("cdc_consumer",)),
     ("writer", ("writer",)),
     ("coordinator", ("coordinator",)),
@@ -1154,9 +1115,7 @@ def run_engine(
     directory = root / f"{engine}-{initial_load}"
     if directory.exists():
         shutil.rmtree(directory)
-    stack = StackRun(
-        directory, engine, args.batch_interval_ms, args.kafka_storage, initial_load, args.debezium_schemas
-    )
+    stack = StackRun(directory, engine, args.batch_interval_ms, initial_load, args.debezium_schemas)
     out: dict[str, Any] = {"dir": str(directory)}
     try:
         if args.snapshot_rows > 0:
@@ -1201,12 +1160,6 @@ def main(argv: list[str] | None = None) -> int:
         "--drain-timeout", type=float, default=180, help="seconds to wait for the lake to catch up"
     )
     p.add_argument("--snapshot-timeout", type=float, default=900, help="seconds to wait for the snapshot")
-    p.add_argument(
-        "--kafka-storage",
-        choices=("s3", "memory"),
-        default="s3",
-        help="the broker's storage: s3 (what `inlet stack up` runs) or memory (persistent_kafka=False)",
-    )
     p.add_argument(
         "--debezium-schemas",
         action=argparse.BooleanOptionalAction,

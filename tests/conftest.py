@@ -7,7 +7,7 @@ port, and are stopped (no process left) at the end of the session.
   wheel, ``wal_level=logical``), or the server named by ``$INLET_TEST_POSTGRES_URL``.
 - ``pg_url``: a fresh, empty database on that server for one test,
   ``postgresql://postgres@127.0.0.1:PORT/<name>``; dropped afterwards (its sessions are disconnected).
-- ``kafka_server`` / ``kafka_bootstrap``: a Tansu broker (memory storage) and its ``"127.0.0.1:PORT"``,
+- ``kafka_server`` / ``kafka_bootstrap``: an Apache Kafka node (KRaft, data in a temporary directory) and its ``"127.0.0.1:PORT"``,
   or the broker named by ``$INLET_TEST_KAFKA_BOOTSTRAP``. Topics live for the whole session, so use
   unique topic names (or ``kafka_topic``). Tests that stop a broker must start their own
   ``EmbeddedKafka``, never stop this one.
@@ -120,7 +120,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
 # The controller of a parallel run ends what a crashed worker started. A worker that dies (a segfault,
 # or pytest-timeout's thread method ending a hung test) never runs its fixtures' teardown, and the
-# servers it started (PostgreSQL, Tansu, Debezium's JVM, a whole stack) would run on, eating the two
+# servers it started (PostgreSQL, Apache Kafka, Debezium's JVM, a whole stack) would run on, eating the two
 # cores while the replacement worker reruns the unit. Every process a worker starts inherits its
 # PYTEST_XDIST_TESTRUNUID/PYTEST_XDIST_WORKER environment (the servers' environments derive from
 # os.environ), which is how they are found: no process tree is needed (stacks daemonize).
@@ -219,7 +219,7 @@ def pg_url(postgres_server: EmbeddedPostgres, request: pytest.FixtureRequest) ->
 
 @pytest.fixture(scope="session")
 def kafka_server() -> Iterator[EmbeddedKafka]:
-    """A running Kafka-protocol broker (Tansu) for the session."""
+    """A running Apache Kafka broker for the session (one JVM per worker, ~3-5 s to start)."""
     broker = EmbeddedKafka.from_env()
     broker.start()
     try:

@@ -347,7 +347,7 @@ def consume(bootstrap: str, topic: str, want: int, timeout_s: float = 60.0) -> l
 
 
 def test_kafka_down_while_commits_happen(e2e: Any) -> None:
-    """The coordinator's broker (our own Tansu, not the shared one) stops; writers commit several
+    """The coordinator's broker (our own Apache Kafka, not the shared one) stops; writers commit several
     times on two tables meanwhile (commits do not wait for Kafka); the publisher's deliveries fail
     (recorded in the outbox); a new broker starts on the same port; then every event of the outage
     arrives, in completion order per table, none missing, and a later commit's event follows."""

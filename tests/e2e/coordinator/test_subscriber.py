@@ -1,4 +1,4 @@
-"""A Kafka subscriber of the commits topic (confluent-kafka consumer group on the shared Tansu broker)
+"""A Kafka subscriber of the commits topic (confluent-kafka consumer group on the shared Apache Kafka broker)
 sees one CommitEvent per completed instant of every table, with the files and counts that the
 timeline records. The expectation is read from the tables' timelines through inlet.core, never from
 the coordinator's own answers."""

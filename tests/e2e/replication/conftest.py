@@ -238,10 +238,8 @@ def crash_at(
         component.env.pop("INLET_CRASH_AT", None)
 
 
-def _supervised(persistent_kafka: bool, lake: str = "local") -> Iterator[RunningStack]:
-    yield from supervised(
-        Path(tempfile.mkdtemp(prefix="inlet-e2e-")), persistent_kafka=persistent_kafka, lake=lake
-    )
+def _supervised(lake: str = "local") -> Iterator[RunningStack]:
+    yield from supervised(Path(tempfile.mkdtemp(prefix="inlet-e2e-")), lake=lake)
 
 
 def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
@@ -253,9 +251,6 @@ def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
         "catalog": False,
         # these tests decide when logs are compacted (the writer's inline compaction, compact_now)
         "table_services": False,
-        # on the durable broker: the Kafka janitor deletes what the groups read every 2 s, not 60 s,
-        # so the tests' restarts and kills run against a partition it is cleaning
-        "kafka_retention_interval_s": 2.0,
         **config_values,
     }
     config = StackConfig(dir=str(root), **values)
@@ -283,17 +278,16 @@ def supervised(root: Path, **config_values: Any) -> Iterator[RunningStack]:
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[RunningStack]:
-    """The stack with the broker's topics in memory (several times the throughput of the S3 store
-    on this machine): for tests that never restart the broker. Its lake is on S3 (``--lake s3``:
-    the stack's SeaweedFS), so the replication tests prove the whole pipeline on an object store."""
-    yield from _supervised(persistent_kafka=False, lake="s3")
+    """The stack with its lake on S3 (``--lake s3``: the stack's SeaweedFS), so the replication tests
+    prove the whole pipeline on an object store."""
+    yield from _supervised(lake="s3")
 
 
 @pytest.fixture(scope="module")
 def durable_stack() -> Iterator[RunningStack]:
-    """The stack as ``inlet stack up`` runs it: the broker keeps its topics in the S3 store, so it
-    can be killed and restarted."""
-    yield from _supervised(persistent_kafka=True)
+    """The stack as ``inlet stack up`` runs it (local lake): Kafka keeps its data under ``DIR/kafka``,
+    so it can be killed and restarted."""
+    yield from _supervised()
 
 
 # ---------------------------------------------------------------------------------------------- workload

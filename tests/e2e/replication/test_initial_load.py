@@ -227,7 +227,6 @@ def loaded_stack(spark_cluster: StandaloneCluster) -> Iterator[RunningStack]:
             mp.setenv(k, v)
         yield from supervised(
             root,
-            persistent_kafka=False,
             initial_load="copy",
             engine="spark",
             spark_master=spark_cluster.master_url,

@@ -1,4 +1,4 @@
-"""The catalog sync service: commits through a real coordinator publish CommitEvents on a real broker (Tansu);
+"""The catalog sync service: commits through a real coordinator publish CommitEvents on a real broker (Apache Kafka);
 the service follows them into a real Hive Metastore, coalesces bursts and rides out a metastore outage."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from inlet.services.coordinator_client.client import CoordinatorClient, GrpcComm
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 from inlet.services.stack.metastore import EmbeddedMetastore
 
-# Tansu holds a group's first join for about half the session timeout, and a member that died
-# unannounced (SIGKILL) for a full one more: a short session keeps each join of the service ~1 s
+# a member that died unannounced (SIGKILL) holds its partitions for a full session timeout: a short
+# session (the test broker allows 1 s and up) lets the next member take over in ~2 s
 QUICK_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
 
 

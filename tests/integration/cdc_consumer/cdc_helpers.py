@@ -34,8 +34,8 @@ if not RECORDED.is_file():  # the shared test data sits beside the repository
 
 RECORDED_PREFIX = "dbserver1"
 VENV_INLET = Path(sys.executable).parent / "inlet"
-# Tansu holds a group's first join for about half the session timeout, and a member that died
-# unannounced (SIGKILL) for a full one more: a short session keeps each join of the service ~1 s
+# a member that died unannounced (SIGKILL) holds its partitions for a full session timeout: a short
+# session (the test broker allows 1 s and up) lets the next member take over in ~2 s
 QUICK_GROUP = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
 FAST_CONSUMER = [
     f"{k}={v}" for k, v in {**TEST_CONSUMER_SETTINGS, **QUICK_GROUP}.items() if k != "auto.offset.reset"
@@ -237,6 +237,8 @@ def running(config: CdcConfig, **kw: Any) -> Iterator[CdcConsumerService]:
     t = threading.Thread(target=target, name="cdc-service", daemon=True)
     t.start()
     assert service.ready.wait(60) or errors, "service did not start"
+    if errors and not service.ready.is_set():
+        raise errors[0]  # why it did not start, not a later assertion about a service that never ran
     try:
         yield service
     finally:

@@ -1,5 +1,5 @@
 """``serve`` with Kafka: the outbox publisher it starts delivers one CommitEvent per completed
-instant to the commits topic (a real Tansu broker), keyed by table, in completion order."""
+instant to the commits topic (a real Apache Kafka broker), keyed by table, in completion order."""
 
 from __future__ import annotations
 

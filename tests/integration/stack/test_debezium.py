@@ -1,4 +1,4 @@
-"""The real Debezium 3.6 PostgreSQL connector in real Kafka Connect standalone, on the embedded PostgreSQL and Tansu.
+"""The real Debezium 3.6 PostgreSQL connector in real Kafka Connect standalone, on the embedded PostgreSQL and Apache Kafka.
 
 What the CDC pipeline relies on: a snapshot of existing rows (``op=r``), then insert / update / delete
 envelopes keyed by primary key, a tombstone after each delete, BEGIN/END markers with per-table counts on
@@ -99,7 +99,7 @@ def read_topics(
 ) -> list[Record]:
     """Every record of ``topics`` from the beginning, read until ``until(records)`` holds (else the test fails).
 
-    Partitions are assigned directly (no group join, which Tansu delays); records keep their partition
+    Partitions are assigned directly; records keep their partition
     order (these topics have one partition).
     """
     consumer = Consumer(

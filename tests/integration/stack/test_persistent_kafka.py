@@ -1,9 +1,10 @@
-"""Durable local stack: SeaweedFS as a real S3 endpoint, and a Tansu broker that keeps its data there.
+"""Durable local stack: Apache Kafka keeping its data in a directory, and SeaweedFS as a real S3 endpoint.
 
-A broker on S3 storage that is stopped and started again on the same port (and, for ``inlet stack
-down`` + ``up``, with the S3 server restarted on the same directory too) still has its topics with
-their partition counts, every acknowledged record with key, value and per-partition order, the
-consumer groups' committed offsets, and continues new produces at the next offsets.
+A broker on a persistent ``data_dir`` (the stack's ``DIR/kafka``) that is killed or stopped and started
+again on it (``inlet stack down`` + ``up``) is back on the same port with the same cluster id and still has
+its topics with their partition counts, every acknowledged record with key, value and per-partition order,
+the consumer groups' committed offsets, and continues new produces at the next offsets. A broker on a
+temporary directory leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import socket
 import stat
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +22,7 @@ import pyarrow.fs as pafs
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from inlet.services.stack import (
-    TEST_CONSUMER_SETTINGS,
-    EmbeddedKafka,
-    EmbeddedS3,
-    S3Storage,
-    StackError,
-    kafka_storage,
-)
+from inlet.services.stack import TEST_CONSUMER_SETTINGS, EmbeddedKafka, EmbeddedS3, S3Storage, StackError
 
 PARTITIONS = 4
 MESSAGES = 300
@@ -140,7 +133,6 @@ def consumer(bootstrap: str, group: str) -> Consumer:
             "group.id": group,
             "enable.auto.commit": False,
             **TEST_CONSUMER_SETTINGS,
-            # Tansu holds a group's first join for about half the session timeout: ~1 s, not 3
             "session.timeout.ms": 2000,
             "heartbeat.interval.ms": 500,
         }
@@ -262,22 +254,12 @@ def test_s3_temporary_directory_is_removed_and_fixed_busy_port_is_a_clear_error(
         assert blocked.pid is None
 
 
-# -- Tansu on S3 storage -----------------------------------------------------------------------
+# -- SeaweedFS (the lake of --lake s3) -------------------------------------------------------------
 
 
 @pytest.fixture
 def s3_dir(tmp_path: Path) -> Path:
     return tmp_path / "s3"
-
-
-@pytest.fixture
-def s3_server(s3_dir: Path) -> Iterator[EmbeddedS3]:
-    server = EmbeddedS3(s3_dir)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def check_s3_serves_loopback_only_with_credentials(server: EmbeddedS3) -> None:
@@ -323,20 +305,38 @@ def check_s3_stopped_clean(base: Path, pid: int, ports: list[int]) -> None:
     assert (base / "data").is_dir() and stat.S_IMODE((base / "s3.json").stat().st_mode) == 0o600
 
 
-def test_s3_backed_broker_keeps_topics_records_and_group_offsets_across_restarts(
-    s3_server: EmbeddedS3, s3_dir: Path, tmp_path: Path
-) -> None:
+def test_s3_serves_loopback_only_and_keeps_objects_across_a_restart(s3_dir: Path) -> None:
+    server = EmbeddedS3(s3_dir)
+    with server:
+        check_s3_serves_loopback_only_with_credentials(server)
+        s3_port, s3_pid, s3_ports = server.port, server.pid, server.ports
+    assert s3_pid is not None
+    check_s3_stopped_clean(s3_dir, s3_pid, s3_ports)
+    with EmbeddedS3(s3_dir, port=s3_port) as again:
+        assert again.port == s3_port
+        with again.filesystem().open_input_stream("kept/dir/object.bin") as src:
+            assert src.read() == b"survives restart" * 1000
+        assert again.buckets() == ["kept"]
+        again_ports = again.ports
+    assert all(refused(p) for p in again_ports)
+    assert processes_mentioning(str(s3_dir)) == []
+
+
+# -- Apache Kafka on a persistent data directory -------------------------------------------------
+
+
+def test_kafka_data_dir_keeps_topics_records_and_group_offsets_across_restarts(tmp_path: Path) -> None:
     """The first broker is killed with SIGKILL while a producer (acks=all) has batches in flight: the
-    restarted one has every record that was acknowledged. Also EmbeddedS3 itself: loopback only,
-    credentials, a clean stop, objects kept across a restart (the restart of step 2 below)."""
-    check_s3_serves_loopback_only_with_credentials(s3_server)
-    storage = s3_server.storage("tansu")
-    log = tmp_path / "tansu.log"
-    broker = EmbeddedKafka(storage=storage, log_path=log)
-    assert broker.storage_url == "s3://tansu/"
+    restarted one (same directory, no port given) has every record that was acknowledged; a clean stop
+    and a third start keep everything too (``inlet stack down`` + ``up``)."""
+    data = tmp_path / "kafka"
+    broker = EmbeddedKafka(data_dir=data)
     broker.start()
-    port, pid = broker.port, broker.pid
-    assert pid is not None
+    port, pid, cluster = broker.port, broker.pid, broker.cluster_id
+    controller = broker.controller_port
+    assert pid is not None and cluster and controller is not None
+    # both listeners (broker and controller) on loopback only
+    assert tcp_listeners(pid) == {("127.0.0.1", port), ("127.0.0.1", controller)}
     topic = f"durable.{uuid.uuid4().hex[:8]}"
     group = f"group-{uuid.uuid4().hex[:8]}"
     try:
@@ -363,12 +363,12 @@ def test_s3_backed_broker_keeps_topics_records_and_group_offsets_across_restarts
         broker.stop()
     wait_until_gone(pid)
     assert refused(port)
-    assert processes_mentioning(f"tcp://127.0.0.1:{port}") == []
+    assert (data / "logs" / "meta.properties").is_file()  # a given directory is kept
 
-    # 1. broker restart on the same port and bucket
-    with EmbeddedKafka(port=port, storage=storage, log_path=log) as again:
-        assert again.bootstrap == f"127.0.0.1:{port}"
-        check_acknowledged_survived(again, *killed)  # nothing acknowledged was lost to the SIGKILL
+    # 1. restart on the same directory: the same port and cluster, nothing acknowledged lost
+    with EmbeddedKafka(data_dir=data) as again:
+        assert again.bootstrap == f"127.0.0.1:{port}" and again.cluster_id == cluster
+        check_acknowledged_survived(again, *killed)
         check_resumed(again, topic, group, delivered, positions)
         more = produce(
             again.bootstrap, topic, [(f"key-{i % 17}".encode(), f"late-{i}".encode()) for i in range(40)]
@@ -381,32 +381,15 @@ def test_s3_backed_broker_keeps_topics_records_and_group_offsets_across_restarts
             delivered[p] = delivered[p] + records
     assert refused(port)
 
-    # 2. `inlet stack down` + `up`: the S3 server restarts on its directory too, then the broker
-    s3_port, s3_pid, s3_ports = s3_server.port, s3_server.pid, s3_server.ports
-    assert s3_pid is not None
-    s3_server.stop()
-    check_s3_stopped_clean(s3_dir, s3_pid, s3_ports)
-    # (as the stack builds them: the bucket is named before the S3 server runs, created at broker start)
-    s3_again = EmbeddedS3(s3_dir, port=s3_port)
-    third = EmbeddedKafka(port=port, storage=kafka_storage(s3_again, "tansu"), log_path=log)
-    with pytest.raises(StackError, match="not running"):
-        third.start()
-    with s3_again:
-        assert s3_again.port == s3_port
-        assert s3_again.location("tansu") == storage
-        # the objects and buckets made before the restart are still there
-        with s3_again.filesystem().open_input_stream("kept/dir/object.bin") as src:
-            assert src.read() == b"survives restart" * 1000
-        assert s3_again.buckets() == ["kept", "tansu"]
-        s3_again_ports = s3_again.ports
-        with third:
-            check_resumed(third, topic, group, delivered, positions)
-            extra = produce(third.bootstrap, topic, [(b"key-0", b"after-full-restart")])
-            [(p, [(offset, _, _)])] = extra.items()
-            assert offset == len(delivered[p])
-    assert refused(port) and all(refused(p) for p in s3_again_ports)
-    assert processes_mentioning(f"tcp://127.0.0.1:{port}") == []
-    assert processes_mentioning(str(s3_dir)) == []
+    # 2. after a clean stop (SIGTERM: controlled shutdown), a third start resumes too
+    with EmbeddedKafka(data_dir=data) as third:
+        assert third.port == port and third.cluster_id == cluster
+        check_resumed(third, topic, group, delivered, positions)
+        extra = produce(third.bootstrap, topic, [(b"key-0", b"after-full-restart")])
+        [(p, [(offset, _, _)])] = extra.items()
+        assert offset == len(delivered[p])
+    assert refused(port)
+    assert processes_mentioning(str(data)) == []
 
 
 def check_resumed(
@@ -426,20 +409,15 @@ def check_resumed(
     assert rest == {p: records[positions[p] :] for p, records in delivered.items()}
 
 
-def test_memory_storage_stays_the_default_and_bucket_names_are_checked() -> None:
-    broker = EmbeddedKafka()
-    assert broker.storage is None and broker.storage_url == "memory://tansu/"
-    assert EmbeddedKafka(storage=kafka_storage(EmbeddedS3(), "kafka")).storage_url == "s3://kafka/"
-    for bad in ("", "ab", "Upper", "a/b", "-x-"):
-        with pytest.raises(ValueError, match="invalid bucket name"):
-            kafka_storage(EmbeddedS3(), bad)
-    storage = S3Storage("http://127.0.0.1:9", "tansu", "k", "s")
-    assert storage.aws_env() == {
-        "AWS_ENDPOINT": "http://127.0.0.1:9",
-        "AWS_ACCESS_KEY_ID": "k",
-        "AWS_SECRET_ACCESS_KEY": "s",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_REGION": "us-east-1",
-        "AWS_ALLOW_HTTP": "true",
-    }
-    assert "secret_key" not in repr(storage)  # the secret stays out of logs
+def test_temporary_data_dir_is_removed_and_a_new_broker_on_the_port_is_empty() -> None:
+    """The default: data in a temporary directory, gone at stop; a new broker on the same port starts
+    empty (how tests simulate an outage that loses the broker's data)."""
+    with EmbeddedKafka() as broker:
+        data = broker.data_dir
+        port = broker.port
+        assert data is not None and (data / "logs" / "meta.properties").is_file()
+        broker.create_topic("lost.at.stop", partitions=2)
+    assert not data.exists() and refused(port)
+    with EmbeddedKafka(port=port) as again:
+        assert again.port == port and "lost.at.stop" not in again.topics()
+    assert processes_mentioning(str(data)) == []

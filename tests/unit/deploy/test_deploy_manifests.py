@@ -476,7 +476,13 @@ def test_connector_config_and_cdc_consumer_agree() -> None:
     # Debezium's batching and the producer's compression as `inlet stack up` runs them (issue #23)
     assert STACK_CONNECTOR_SETTINGS.items() <= cfg.items()
     connect_env = interpolate(compose())["services"]["connect"]["environment"]
-    for key in ("producer.compression.type", "producer.linger.ms", "producer.batch.size"):
+    for key in (
+        "producer.enable.idempotence",
+        "producer.acks",
+        "producer.compression.type",
+        "producer.linger.ms",
+        "producer.batch.size",
+    ):
         env = "CONNECT_" + key.upper().replace(".", "_")
         assert str(connect_env.get(env)) == PRODUCER_SETTINGS[key], env
     assert cfg["slot.name"] and cfg["publication.name"]

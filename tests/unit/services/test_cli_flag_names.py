@@ -91,14 +91,9 @@ COORDINATOR_OPTIONS = (
 ENV_RULES = (
     (re.compile(r"BOOTSTRAP"), re.compile(r"^INLET_\w*KAFKA_BOOTSTRAP$")),
     (re.compile(r"SCHEMA_REGISTRY"), re.compile(r"^INLET_CDC_SCHEMA_REGISTRY$")),
-    # Kafka's settings, under any service's prefix; the Kafka janitor's own settings under its name
-    (
-        re.compile(r"KAFKA"),
-        re.compile(
-            r"^INLET_(KAFKA_JANITOR_(?!\w*KAFKA)\w+"
-            r"|\w*(KAFKA_BOOTSTRAP|KAFKA_OPTIONS|KAFKA_STORAGE|KAFKA_RETENTION))$"
-        ),
-    ),
+    # Kafka's settings, under any service's prefix (topic retention is INLET_<SERVICE>_TOPIC_*)
+    (re.compile(r"KAFKA"), re.compile(r"^INLET_\w*(KAFKA_BOOTSTRAP|KAFKA_OPTIONS)$")),
+    (re.compile(r"RETENTION"), re.compile(r"^INLET_\w+_TOPIC_RETENTION_(MS|BYTES)$")),
 )
 ENV_IN_HELP = re.compile(r"\b(INLET_[A-Z0-9_]+)\b")
 

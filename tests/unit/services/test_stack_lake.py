@@ -26,9 +26,10 @@ def test_lake_roots(tmp_path: Path) -> None:
     assert config(tmp_path, "--lake", "s3").lake_root == "s3://lake"
     external = config(tmp_path, "--lake", "s3://tables/prod")
     assert external.lake_root == "s3://tables/prod"
-    # the lake bucket needs the stack's SeaweedFS even when the broker keeps its topics in memory
-    assert config(tmp_path, "--lake", "s3", "--kafka-storage", "memory").embedded_s3
-    assert not config(tmp_path, "--lake", "s3://tables/x", "--kafka-storage", "memory").embedded_s3
+    # the stack runs SeaweedFS only for its own lake bucket (Kafka keeps its data under DIR/kafka)
+    assert config(tmp_path, "--lake", "s3").embedded_s3
+    assert not config(tmp_path, "--lake", "s3://tables/x").embedded_s3
+    assert not config(tmp_path).embedded_s3
 
 
 def test_lake_is_kept_and_another_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

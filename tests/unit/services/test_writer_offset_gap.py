@@ -1,7 +1,7 @@
 """Issue #21: a checkpoint below the earliest available offset (retention deleted records the table
 never saw) stops the table, or with ``on_offset_gap="earliest"`` moves it to the earliest offset.
-(The session broker, Tansu, does not implement DeleteRecords; the recreated-topic case runs against
-it in tests/integration/writer/test_writer_offset_gaps.py.)"""
+(The recreated-topic case and a broker restart run against Apache Kafka in
+tests/integration/writer/test_writer_offset_gaps.py.)"""
 
 from __future__ import annotations
 

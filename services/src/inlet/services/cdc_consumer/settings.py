@@ -7,6 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from inlet.services.kafka_topics import (
+    DEFAULT_CLEANUP_POLICY,
+    DEFAULT_RETENTION_BYTES,
+    DEFAULT_RETENTION_MS,
+    TOPIC_SETTINGS,
+    TopicRetention,
+)
 from inlet.services.runtime import Setting, SettingsError
 
 ENV_PREFIX = "INLET_CDC_"
@@ -117,6 +124,7 @@ SETTINGS: tuple[Setting, ...] = (
         default=-1,
         metavar="N",
     ),
+    *TOPIC_SETTINGS,
     Setting(
         "dlq_topic",
         "--dlq-topic",
@@ -177,14 +185,6 @@ SETTINGS: tuple[Setting, ...] = (
         "carries its table's schema, so batches compress several-fold and the broker stores less)",
         default="lz4",
         metavar="CODEC",
-    ),
-    Setting(
-        "idempotence",
-        "--idempotence",
-        "idempotent producer (enable.idempotence); off by default: ordering comes from one request "
-        "in flight per broker, and the writer drops duplicates",
-        kind="bool",
-        default=False,
     ),
     Setting(
         "shutdown_timeout_s",
@@ -256,6 +256,9 @@ class CdcConfig:
     output_prefix: str = DEFAULT_OUTPUT_PREFIX
     output_partitions: int = 4
     topic_replication_factor: int = -1  # of the topics it creates; -1: the broker's default
+    topic_retention_ms: int = DEFAULT_RETENTION_MS  # Kafka's retention of the topics it creates
+    topic_retention_bytes: int = DEFAULT_RETENTION_BYTES
+    topic_cleanup_policy: str = DEFAULT_CLEANUP_POLICY
     dlq_topic: str = DEFAULT_DLQ_TOPIC
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     batch_size: int = 2000
@@ -265,7 +268,6 @@ class CdcConfig:
     linger_ms: int = 5
     compression: str = "lz4"
     transaction_end_wait_ms: int = 60000
-    idempotence: bool = False
     shutdown_timeout_s: float = 30.0
     kafka_options: Mapping[str, str] | None = None  # every client
     consumer_options: Mapping[str, str] | None = None  # the Debezium-topic consumers, over kafka_options
@@ -281,6 +283,11 @@ class CdcConfig:
         config = cls(**{k: val for k, val in v.items() if val is not None})
         config.validate()
         return config
+
+    @property
+    def retention(self) -> TopicRetention:
+        """Kafka's retention of the topics this service creates (change topics, dead letters)."""
+        return TopicRetention(self.topic_retention_ms, self.topic_retention_bytes, self.topic_cleanup_policy)
 
     @property
     def sink_bootstrap(self) -> str:
@@ -338,5 +345,9 @@ class CdcConfig:
                 raise SettingsError(f"{name} must be at least {low}, not {value}")
         if self.topic_replication_factor == 0:
             raise SettingsError("--topic-replication-factor: -1 (the broker's default) or at least 1, not 0")
+        try:
+            self.retention  # noqa: B018 - validates the three retention settings
+        except ValueError as e:
+            raise SettingsError(str(e)) from None
         if self.shutdown_timeout_s < 0:
             raise SettingsError("--shutdown-timeout must not be negative")

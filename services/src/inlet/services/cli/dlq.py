@@ -2,9 +2,8 @@
 came from, a preview).
 
 It reads the dead-letter topic from the beginning without a consumer group (nothing is committed) and
-stops at its end. Tansu's high watermarks are not reliable, so the end is where no record arrived
-for ``--idle-ms`` after the last one (and the partitions' reported ends, when they are sane, are
-reached too).
+stops at its end: the partitions' reported ends (high watermarks) are reached and no record arrived
+for ``--idle-ms`` after the last one (a letter written while it reads is shown too).
 """
 
 from __future__ import annotations

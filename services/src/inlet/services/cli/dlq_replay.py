@@ -185,9 +185,10 @@ class Publisher:
         from confluent_kafka import Producer
 
         from inlet.services.dead_letters import DeadLetterSink
+        from inlet.services.kafka_topics import PRODUCER_SAFETY
 
         settings = {"bootstrap.servers": bootstrap, **options}
-        self.producer = Producer({"acks": "all", "enable.idempotence": False, "linger.ms": 0, **settings})
+        self.producer = Producer({"linger.ms": 0, **settings, **PRODUCER_SAFETY})
         self.log = DeadLetterSink(settings, replayed_topic)  # creates the topic when it is missing
         self.partitions: dict[str, int] = {}
 

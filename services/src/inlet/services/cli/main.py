@@ -31,7 +31,6 @@ from inlet.services.cli.dataio import INPUT_FORMATS
 from inlet.services.cli.dlq import add_dlq_commands
 from inlet.services.cli.engine import add_engine_options
 from inlet.services.cli.errors import EXIT_FAILURE, EXIT_INTERRUPTED, CliError, UsageError
-from inlet.services.cli.kafka_janitor import add_kafka_janitor_commands
 from inlet.services.cli.options import (
     TABLE_PATH_ENV,
     choice,
@@ -244,7 +243,6 @@ def build_parser() -> ArgumentParser:
     add_table_services_commands(subparsers)
     add_verify_commands(subparsers)
     add_backfill_commands(subparsers)
-    add_kafka_janitor_commands(subparsers)
     return parser
 
 

@@ -28,9 +28,10 @@ from inlet.core.s3 import is_s3_uri, split_s3_uri
 from inlet.services.cli.errors import CliError, UsageError
 from inlet.services.cli.s3_options import add_s3_options
 from inlet.services.extras import require
+from inlet.services.kafka_topics import TOPIC_SETTINGS, TopicRetention
 from inlet.services.runtime import Setting, SettingsError, StopSignal, add_arguments, resolve
 from inlet.services.stack import source
-from inlet.services.stack.components import health_details, stopped_tables
+from inlet.services.stack.components import stopped_tables
 from inlet.services.stack.processes import StackError
 from inlet.services.stack.supervisor import (
     CONFIG_FILE,
@@ -99,25 +100,7 @@ UP_SETTINGS = (
         default=1000,
         metavar="MS",
     ),
-    Setting(
-        "kafka_storage",
-        "--kafka-storage",
-        "where the broker keeps topics: s3 (the default, durable: `down` + `up` resumes, a killed "
-        "broker loses nothing acknowledged; 3-5x memory's CPU per message, and slower as topics grow, "
-        "docs/stack.md 'Kafka storage') or memory (faster, but topics vanish when the broker stops, so "
-        "only for one-shot runs that end with `down`); stack status shows it",
-        default="s3",
-        metavar="s3|memory",
-    ),
-    Setting(
-        "kafka_retention",
-        "--kafka-retention",
-        "with --kafka-storage s3: run inlet kafka-janitor, which deletes the broker's batch objects once "
-        "every group that reads the topic has committed past them (Tansu keeps them forever and lists "
-        "them all on every fetch, docs/kafka-storage.md); --no-kafka-retention keeps everything",
-        kind="bool",
-        default=True,
-    ),
+    *TOPIC_SETTINGS,
     Setting(
         "lake",
         "--lake",
@@ -169,8 +152,8 @@ UP_SETTINGS = (
 
 DESCRIPTION = """\
 Run the whole pipeline on this machine, each part a supervised process on 127.0.0.1:
-PostgreSQL (wal_level=logical) -> Debezium (Kafka Connect) -> Kafka (Tansu, topics kept in a local
-S3 store) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table> (--lake s3:
+PostgreSQL (wal_level=logical) -> Debezium (Kafka Connect) -> Apache Kafka (KRaft, its data under
+DIR/kafka; the topics keep --topic-retention-ms / --topic-retention-bytes) -> CDC consumer -> writer -> Hudi tables under DIR/lake/<db>/<schema>/<table> (--lake s3:
 s3://lake/... in the stack's S3 store; --lake s3://BUCKET/PREFIX: an external store), committed
 through the commit coordinator, compacted and cleaned by the table-services service, registered
 in a Hive Metastore by catalog sync (database <db>_<schema>). A process that dies is restarted (logs/supervisor.log says so).
@@ -241,10 +224,10 @@ def _config(args: argparse.Namespace) -> StackConfig:
     values.pop("timeout")
     if values["initial_load"] not in ("copy", "debezium"):
         raise UsageError(f"--initial-load must be copy or debezium, got {values['initial_load']!r}")
-    storage = values.pop("kafka_storage")
-    if storage not in ("s3", "memory"):
-        raise UsageError(f"--kafka-storage must be s3 or memory, got {storage!r}")
-    values["persistent_kafka"] = storage == "s3"
+    try:
+        TopicRetention.from_settings(values)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     values["dir"] = str(Path(values["dir"]).resolve())
     saved = StackConfig.load(Path(values["dir"])) if (Path(values["dir"]) / CONFIG_FILE).exists() else None
     if saved is not None:
@@ -411,10 +394,6 @@ def cmd_status(args: argparse.Namespace) -> int:
             stopped = stopped_tables(c["health"])
             if stopped:
                 c["stopped_tables"] = stopped
-            if c.get("name") == "kafka_janitor":  # its last retention pass (docs/kafka-storage.md)
-                last = (health_details(c["health"]) or {}).get("last_pass")
-                if isinstance(last, dict):
-                    c["last_pass"] = last
     if args.json:
         print(json.dumps(state))
         return 0
@@ -423,17 +402,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         health = (
             "healthy" if c.get("healthy") and running else ("up" if c.get("alive") and running else "down")
         )
-        storage = f" storage {c['storage']}" if c.get("storage") else ""  # the broker's engine
+        data = f" data {c['data']}" if c.get("data") else ""  # the broker's log directory
         print(
-            f"  {c['name']:<17} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}{storage}"
+            f"  {c['name']:<17} pid {c.get('pid') or '-':<8} {health:<8} restarts {c.get('restarts', 0)}{data}"
         )
         for table, reason in sorted((c.get("stopped_tables") or {}).items()):
             print(f"    table {table} stopped: {reason}")
-        if last := c.get("last_pass"):
-            print(
-                f"    last pass: {last.get('deleted_objects', 0)} batch objects ({last.get('deleted_bytes', 0)} B) "
-                f"deleted, {last.get('remaining_objects', 0)} left in {last.get('partitions', 0)} partitions"
-            )
     for table, p in sorted(load.items()):
         print(f"  initial load {table}: {_load_line(p)}")
     if src is not None:

@@ -65,8 +65,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "group",
         "--group",
-        "Kafka consumer group (committed after each lake commit, for lag monitoring and the Kafka "
-        "janitor's retention; the writer resumes from the lake's checkpoint)",
+        "Kafka consumer group (committed after each lake commit, for lag monitoring; the writer "
+        "resumes from the lake's checkpoint)",
         default=WRITER_GROUP,
         metavar="NAME",
     ),

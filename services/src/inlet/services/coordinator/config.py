@@ -14,6 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from inlet.services.kafka_topics import (
+    DEFAULT_CLEANUP_POLICY,
+    DEFAULT_RETENTION_BYTES,
+    DEFAULT_RETENTION_MS,
+    TOPIC_SETTINGS,
+    TopicRetention,
+)
 from inlet.services.runtime import Setting, SettingsError, resolve
 
 ENV_PREFIX = "INLET_COORDINATOR_"
@@ -103,6 +110,7 @@ SETTINGS: tuple[Setting, ...] = (
         metavar="N",
     ),
     Setting("topic", "--topic", "Kafka topic of commit events", default=DEFAULT_TOPIC, metavar="NAME"),
+    *TOPIC_SETTINGS,
     Setting(
         "kafka_options",
         "--kafka-option",
@@ -140,6 +148,9 @@ class CoordinatorConfig:
     db_pool_size: int = 16
     topic: str = DEFAULT_TOPIC
     kafka_options: tuple[str, ...] = ()  # KEY=VALUE librdkafka settings of the event producer
+    topic_retention_ms: int = DEFAULT_RETENTION_MS  # Kafka's retention of the commits topic it creates
+    topic_retention_bytes: int = DEFAULT_RETENTION_BYTES
+    topic_cleanup_policy: str = DEFAULT_CLEANUP_POLICY
     metrics_listen: str = ""  # HOST:PORT of /metrics, /livez, /readyz; empty: none
     # not settable from the command line: how long a stop waits for calls in progress
     grace_s: float = field(default=5.0, compare=False)
@@ -162,6 +173,16 @@ class CoordinatorConfig:
         except SettingsError as e:
             raise ConfigError(str(e)) from None
         return cls(**{k: v for k, v in values.items() if v is not None})
+
+    @property
+    def retention(self) -> TopicRetention:
+        """Kafka's retention of the commit-event topic the publisher creates."""
+        try:
+            return TopicRetention(
+                self.topic_retention_ms, self.topic_retention_bytes, self.topic_cleanup_policy
+            )
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     def with_(self, **changes: Any) -> CoordinatorConfig:
         if "lake_roots" in changes:

@@ -41,12 +41,12 @@ from typing import Any
 import psycopg
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from google.protobuf.message import DecodeError
 
 from inlet.proto.events.v1 import events_pb2
 from inlet.services.coordinator import hudi_callback
 from inlet.services.coordinator.store import OUTBOX_DDL
+from inlet.services.kafka_topics import PRODUCER_SAFETY, TopicSpec, ensure_topics
 
 log = logging.getLogger("inlet.coordinator.outbox")
 _kafka_log = logging.getLogger("inlet.coordinator.outbox.kafka")
@@ -114,6 +114,7 @@ class OutboxPublisher:
         delivery_timeout_s: float = 10.0,
         max_backoff_s: float = 30.0,
         topic_partitions: int | None = None,
+        topic_config: Mapping[str, str] | None = None,
         producer_config: Mapping[str, Any] | None = None,
         http_api_key: str = hudi_callback.DEFAULT_HTTP_API_KEY,
         http_headers: Mapping[str, str] | None = None,
@@ -136,6 +137,7 @@ class OutboxPublisher:
         if topic_partitions is not None and topic_partitions < 1:
             raise ValueError(f"topic_partitions must be None or at least 1, got {topic_partitions}")
         self.dsn = dsn
+        self.topic_config = dict(topic_config or {})
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.hudi_json_topic = hudi_json_topic
@@ -345,22 +347,25 @@ class OutboxPublisher:
 
     # -- internals: Kafka -------------------------------------------------------------------------
 
+    def producer_settings(self) -> dict[str, Any]:
+        """The event producer's librdkafka settings: the overrides tune it, :data:`PRODUCER_SAFETY` wins."""
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": "inlet-outbox-publisher",
+            # one request in flight: a table's events leave in completion order, retries included
+            "max.in.flight.requests.per.connection": 1,
+            "message.timeout.ms": int(self.delivery_timeout_s * 1000),
+            "retry.backoff.ms": 100,
+            "linger.ms": 5,
+            "logger": _kafka_log,
+        }
+        config.update(self._producer_overrides)
+        config.update(PRODUCER_SAFETY)  # idempotent, acks=all: no override makes it lose or repeat events
+        return config
+
     def _producer_instance(self) -> Producer:
         if self._producer is None:
-            config: dict[str, Any] = {
-                "bootstrap.servers": self.bootstrap_servers,
-                "client.id": "inlet-outbox-publisher",
-                "acks": "all",
-                # one request in flight: retries cannot reorder a table's events (no idempotence needed)
-                "enable.idempotence": False,
-                "max.in.flight.requests.per.connection": 1,
-                "message.timeout.ms": int(self.delivery_timeout_s * 1000),
-                "retry.backoff.ms": 100,
-                "linger.ms": 5,
-                "logger": _kafka_log,
-            }
-            config.update(self._producer_overrides)
-            self._producer = Producer(config)
+            self._producer = Producer(self.producer_settings())
         return self._producer
 
     def _ensure_topics(self) -> None:
@@ -373,21 +378,9 @@ class OutboxPublisher:
             **self._producer_overrides,  # security settings reach the admin client too
         }
         admin = AdminClient(admin_config)
-        futures = admin.create_topics(
-            # the broker's default replication factor
-            [NewTopic(name, num_partitions=self.topic_partitions) for name in names],
-            request_timeout=self.delivery_timeout_s,
-        )
+        specs = [TopicSpec(name, self.topic_partitions, config=self.topic_config) for name in names]
         try:
-            for future in futures.values():
-                try:
-                    future.result(timeout=self.delivery_timeout_s)
-                except KafkaException as exc:
-                    error = exc.args[0] if exc.args else None
-                    if not (
-                        isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS
-                    ):
-                        raise
+            ensure_topics(admin, specs, timeout_s=self.delivery_timeout_s)
             self._topics_ready = True
         except Exception as exc:  # the produce below reports the outage per row
             log.warning("outbox: cannot create topics %s: %s", names, exc)

@@ -119,6 +119,9 @@ def _start_publisher(config: CoordinatorConfig) -> Any | None:
         config.kafka_bootstrap,
         topic=config.topic,
         producer_config=config.producer_config(),
+        # created with Kafka's retention settings; one partition (a table's events are keyed by table)
+        topic_partitions=1,
+        topic_config=config.retention.configs(),
     )
     publisher.start()
     log_event(log, logging.INFO, "outbox publisher started", kafka=config.kafka_bootstrap, topic=config.topic)

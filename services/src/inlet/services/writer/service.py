@@ -864,7 +864,7 @@ class Writer:
         if not checkpoints:
             return None
         try:
-            gaps = find_gaps(consumer, self._consumer_settings(), st.topic, checkpoints)
+            gaps = find_gaps(consumer, st.topic, checkpoints)
         except OffsetsUnknownError as e:
             return "transient", f"table {st.table_id}: checkpoint not checked against the broker: {e}"
         problems: list[str] = []
