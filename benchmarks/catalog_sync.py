@@ -126,7 +126,7 @@ def latency(root: Path, hms: EmbeddedMetastore, commits: int, coalesce: float) -
                     deadline = time.monotonic() + 120
                     while time.monotonic() < deadline:
                         try:
-                            tbl = c.call("get_table", "bench", "fresh")
+                            tbl = c.get_table("bench", "fresh")
                             if (tbl.parameters or {}).get("last_commit_time_sync") == res.instant_time:
                                 break
                         except Exception:
