@@ -34,6 +34,7 @@ from inlet.core import HudiTable
 from inlet.services.catalog_sync import MetastoreClient, sync_table
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS, EmbeddedKafka
 from inlet.services.stack.metastore import EmbeddedMetastore
+from inlet.services.stack.postgres import EmbeddedPostgres
 
 
 def _rows(ids: list[int], parts: list[str], ts: int) -> pa.Table:
@@ -126,7 +127,7 @@ def latency(root: Path, hms: EmbeddedMetastore, commits: int, coalesce: float) -
                     deadline = time.monotonic() + 120
                     while time.monotonic() < deadline:
                         try:
-                            tbl = c.call("get_table", "bench", "fresh")
+                            tbl = c.get_table("bench", "fresh")
                             if (tbl.parameters or {}).get("last_commit_time_sync") == res.instant_time:
                                 break
                         except Exception:
@@ -159,7 +160,8 @@ def main() -> None:
     args = ap.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="inlet-bench-catalog-") as tmp,
-        EmbeddedMetastore(Path(tmp) / "hms") as hms,
+        EmbeddedPostgres() as pg,  # the metastore's catalog
+        EmbeddedMetastore(Path(tmp) / "hms", database_url=pg.url("metastore")) as hms,
     ):
         root = Path(tmp)
         result = {

@@ -6,6 +6,10 @@
 -- `inlet coordinator serve` creates its tables on start (migrations), so only the database is made here.
 CREATE DATABASE inlet;
 
+-- The Hive Metastore's catalog (docker-compose.yml's hive-metastore: the image's entrypoint creates
+-- or upgrades Hive's schema in it with Hive's schema tool at every start).
+CREATE DATABASE metastore;
+
 -- The source database `app`: what Debezium captures (schema public).
 \connect app
 

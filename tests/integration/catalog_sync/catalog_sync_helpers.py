@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from inlet.services.catalog_sync import MetastoreClient
+from inlet.services.stack import EmbeddedPostgres
 
-#: table/partition parameters the metastore itself adds (DDL time, basic stats); Hudi sets none of them
+#: table/partition parameters the metastore itself adds (DDL time, basic stats; Hive 4 also counts
+#: erasure-coded files); Hudi sets none of them
 HMS_OWNED_PARAMS = frozenset(
-    {"transient_lastDdlTime", "numFiles", "totalSize", "numRows", "rawDataSize", "COLUMN_STATS_ACCURATE"}
+    {
+        "transient_lastDdlTime",
+        "numFiles",
+        "numFilesErasureCoded",
+        "totalSize",
+        "numRows",
+        "rawDataSize",
+        "COLUMN_STATS_ACCURATE",
+    }
 )
 
 
@@ -39,3 +50,9 @@ def columns(cols: list[Any]) -> list[tuple[str, str]]:
 def partitions(client: MetastoreClient, db: str, table: str) -> dict[tuple[str, ...], str]:
     """values -> location of every partition of the table."""
     return {tuple(p.values): p.sd.location for p in client.call("get_partitions", db, table, -1)}
+
+
+def metastore_database(postgres_server: EmbeddedPostgres) -> str:
+    """The URL of a fresh database on the session's PostgreSQL for one metastore's catalog (the
+    metastore creates it when it starts)."""
+    return postgres_server.url(f"hms_{uuid.uuid4().hex[:12]}")

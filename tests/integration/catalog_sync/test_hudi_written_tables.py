@@ -71,7 +71,7 @@ def test_apache_hudi_table_is_registered(
     assert [t.name for t in report.tables] == names
     for table in names:
         assert set(partitions(hms, database, table)) == values
-        tbl = hms.call("get_table", database, table)
+        tbl = hms.get_table(database, table)
         assert tbl.sd.location == f"file:{base}"
         assert table_params(tbl)["last_commit_time_sync"] == report.tables[0].last_commit_time_sync
     # a second sync finds nothing to change
@@ -82,7 +82,7 @@ def test_apache_hudi_table_is_registered(
 def test_complex_types_of_a_spark_written_table(tmp_path: Path, hms: RecordingClient, database: str) -> None:
     base = extract("sample_table_cow_v8_complexkeygen_hivestyle", tmp_path)
     sync_table(str(base), hms, database=database)
-    tbl = hms.call("get_table", database, "v8_complexkeygen_hivestyle")
+    tbl = hms.get_table(database, "v8_complexkeygen_hivestyle")
     assert columns(tbl.sd.cols)[5:] == [
         ("id", "int"),
         ("name", "string"),

@@ -1,4 +1,5 @@
-"""Catalog sync to a secured metastore, against the real embedded Hive Metastore: TLS
+"""Catalog sync to a secured metastore, against the real embedded Hive Metastore 4 (Hive's own server and
+settings): TLS
 (``hive.metastore.use.SSL``) with SASL PLAIN inside, and Kerberos (``hive.metastore.sasl.enabled``) with a
 real MIT KDC; a mismatch of either side ends in one line naming the likely cause, not a hang.
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from catalog_sync_helpers import metastore_database
 from support.kdc import REALM, Kdc
 from support.kdc import missing as kdc_missing
 
@@ -25,6 +27,7 @@ from inlet.core import HudiTable
 from inlet.services.catalog_sync import MetastoreClient, MetastoreUnavailableError
 from inlet.services.catalog_sync.transport import MetastoreSecurity
 from inlet.services.cli.main import main
+from inlet.services.stack import EmbeddedPostgres
 from inlet.services.stack.java import java_tool
 from inlet.services.stack.metastore import EmbeddedMetastore
 
@@ -50,7 +53,9 @@ def make_keystore(d: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedMetastore, Path]]:
+def secured(
+    tmp_path_factory: pytest.TempPathFactory, postgres_server: EmbeddedPostgres
+) -> Iterator[tuple[EmbeddedMetastore, Path]]:
     """One metastore serving TLS with SASL PLAIN (Hive 4's metastore.authentication=CONFIG) inside."""
     d = tmp_path_factory.mktemp("hms-secure")
     keystore, pem = make_keystore(d)
@@ -61,9 +66,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Embedded
         "metastore.authentication": "CONFIG",
         "metastore.authentication.config.username": USER,
         "metastore.authentication.config.password": PASSWORD,
+        # Hive 4 refuses password authentication with the clients' set_ugi (its default)
+        "metastore.execute.setugi": "false",
     }
     security = MetastoreSecurity(ca=str(pem), sasl="plain", user=USER, password=PASSWORD)
-    hms = EmbeddedMetastore(d / "data", conf=conf, security=security)
+    hms = EmbeddedMetastore(
+        d / "data", database_url=metastore_database(postgres_server), conf=conf, security=security
+    )
     hms.start()
     try:
         yield hms, pem
@@ -154,7 +163,9 @@ def test_a_silent_server_times_out_naming_tls(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def kerberized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmbeddedMetastore, Kdc, Path]]:
+def kerberized(
+    tmp_path_factory: pytest.TempPathFactory, postgres_server: EmbeddedPostgres
+) -> Iterator[tuple[EmbeddedMetastore, Kdc, Path]]:
     """A KDC and a metastore serving Kerberos SASL as hive/localhost@INLET.TEST; the client's keytab."""
     why = kdc_missing()
     if why:
@@ -167,11 +178,14 @@ def kerberized(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Embed
             "hive.metastore.sasl.enabled": "true",
             "hive.metastore.kerberos.principal": f"hive/localhost@{REALM}",
             "hive.metastore.kerberos.keytab.file": str(server_keytab),
+            # Hadoop's own switch (core-site.xml in a Hive install): the server logs in from its keytab
+            "hadoop.security.authentication": "kerberos",
         }
         saved = {k: os.environ.get(k) for k in (*kdc.env, "KRB5_CLIENT_KTNAME", "KRB5CCNAME")}
         os.environ.update({**kdc.env, "KRB5_CLIENT_KTNAME": str(client_keytab), "KRB5CCNAME": f"FILE:{d}/cc"})
         hms = EmbeddedMetastore(
             d / "data",
+            database_url=metastore_database(postgres_server),
             conf=conf,
             security=MetastoreSecurity(sasl="kerberos", kerberos_host="localhost"),
             jvm_options=[f"-Djava.security.krb5.conf={kdc.krb5_conf}"],

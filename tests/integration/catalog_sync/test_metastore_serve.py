@@ -1,4 +1,5 @@
-"""``inlet metastore serve``: the embedded Hive Metastore as a process of its own, loopback only, stoppable."""
+"""``inlet metastore serve``: the embedded Hive Metastore 4 (with an embedded PostgreSQL for its catalog) as a
+process of its own, loopback only, stoppable."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def stop(proc: subprocess.Popen[str]) -> None:
     assert group_members(proc.pid) == []
 
 
-def test_serve_binds_loopback_persists_and_stops_cleanly(tmp_path: Path) -> None:
-    data = tmp_path / "hms"
+def test_serve_binds_loopback_persists_and_stops_cleanly(server_dir: Path) -> None:
+    data = server_dir / "hms"  # PostgreSQL's unprivileged user must reach it: not under pytest's tmp
     port = free_port()
     proc, hello = serve(data, port)
     try:
@@ -67,8 +68,10 @@ def test_serve_binds_loopback_persists_and_stops_cleanly(tmp_path: Path) -> None
     finally:
         stop(proc)
     assert listeners(port) == []
-    assert (data / "metastore_db").is_dir() and (data / "warehouse" / "kept.db").is_dir()
-    proc, hello = serve(data, port)  # same directory: the Derby database survives
+    assert not (data / "postgres" / "data" / "postmaster.pid").exists()  # its PostgreSQL stopped too
+    # the catalog is in the PostgreSQL under --dir, the warehouse beside it
+    assert (data / "postgres" / "data" / "PG_VERSION").is_file() and (data / "warehouse" / "kept.db").is_dir()
+    proc, hello = serve(data, port)  # same directory: the catalog survives
     try:
         with MetastoreClient(str(hello["uri"])) as c:
             assert sorted(c.call("get_all_databases")) == ["default", "kept"]

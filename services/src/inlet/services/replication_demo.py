@@ -406,17 +406,16 @@ def show_commit_events(bootstrap: str) -> None:
 
 def show_catalog(uri: str, database: str, timeout_s: float = 60) -> None:
     """The Hive Metastore's tables, as catalog sync registered them (HiveSyncTool's names)."""
-    from hmsclient import hmsclient
+    from inlet.services.catalog_sync import MetastoreClient
 
-    host, port = uri.removeprefix("thrift://").rsplit(":", 1)
     hive_db = f"{database}_public"
     wanted = {f"{t}{suffix}" for t in TABLES for suffix in ("", "_ro", "_rt")}
     deadline = time.monotonic() + timeout_s
     names: set[str] = set()
     while time.monotonic() < deadline:
-        with hmsclient.HMSClient(host=host, port=int(port)) as client:
-            if hive_db in client.get_all_databases():
-                names = set(client.get_all_tables(hive_db))
+        with MetastoreClient(uri) as client:  # its get_table works on Hive 4 too (get_table_req)
+            if hive_db in client.call("get_all_databases"):
+                names = set(client.call("get_all_tables", hive_db))
                 if wanted <= names:
                     for name in sorted(names):
                         table = client.get_table(hive_db, name)

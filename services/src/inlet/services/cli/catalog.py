@@ -12,6 +12,7 @@ Every option also comes from an ``INLET_CATALOG_*`` (``INLET_METASTORE_*``) vari
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 from typing import Any
@@ -138,10 +139,20 @@ RUN_SETTINGS = (
 
 SERVE_SETTINGS = (
     Setting(
-        "dir", "--dir", "directory of the Derby database, warehouse and logs", required=True, metavar="DIR"
+        "dir",
+        "--dir",
+        "directory of the warehouse, logs and (without --database-url) the PostgreSQL of the catalog",
+        required=True,
+        metavar="DIR",
     ),
     Setting(
         "listen", "--listen", "loopback HOST:PORT to serve on", default="127.0.0.1:9083", metavar="HOST:PORT"
+    ),
+    Setting(
+        "database_url",
+        "--database-url",
+        "PostgreSQL database of the catalog (created if missing); default: an embedded PostgreSQL under --dir",
+        metavar="postgresql://USER@HOST:PORT/DB",
     ),
 )
 
@@ -237,10 +248,11 @@ def add_catalog_commands(subparsers: Any) -> None:
     msub = m.add_subparsers(dest="metastore_command", metavar="COMMAND", required=True)
     serve_p = msub.add_parser(
         "serve",
-        help="serve Hive Metastore 2.3 (Derby under --dir) on a loopback address until SIGTERM/SIGINT",
+        help="serve Hive Metastore 4 (PostgreSQL-backed) on a loopback address until SIGTERM/SIGINT",
         description=(
-            "Hive Metastore 2.3 from PySpark's jars, Derby database and warehouse under --dir, Thrift API on a\n"
-            "loopback address only. Prints one JSON line when serving."
+            "Apache Hive's standalone metastore 4, its catalog in PostgreSQL (--database-url, or an embedded\n"
+            "PostgreSQL under --dir), the warehouse under --dir, Thrift API on a loopback address only.\n"
+            "Prints one JSON line when serving."
         ),
         formatter_class=_formatter,
     )
@@ -301,11 +313,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from inlet.services.extras import require
     from inlet.services.stack.metastore import EmbeddedMetastore
+    from inlet.services.stack.postgres import EmbeddedPostgres
     from inlet.services.stack.processes import StackError
-
-    require("spark", "inlet metastore serve")  # Hive Metastore from PySpark's jars
 
     s = _resolve(args, SERVE_SETTINGS, METASTORE_ENV)
     try:
@@ -316,19 +329,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--listen {s['listen']}: the embedded metastore has no authentication; serve on loopback"
         )
-    hms = EmbeddedMetastore(s["dir"], port=port, host="127.0.0.1" if host == "localhost" else host)
-    with StopSignal() as stop:
+    if not s["database_url"]:
+        require("stack", "inlet metastore serve without --database-url")  # the embedded PostgreSQL
+    pg = None if s["database_url"] else EmbeddedPostgres(Path(s["dir"]) / "postgres")
+    with StopSignal() as stop, contextlib.ExitStack() as running:
         try:
-            hms.start()
+            database_url = s["database_url"]
+            if pg is not None:
+                running.enter_context(pg)
+                database_url = pg.url("metastore")
+            hms = EmbeddedMetastore(
+                s["dir"],
+                database_url=database_url,
+                port=port,
+                host="127.0.0.1" if host == "localhost" else host,
+            )
+            running.enter_context(hms)
         except StackError as e:
             raise CliError(str(e)) from None
-        try:
-            announce(
-                service="metastore", address=hms.address, uri=hms.uri, dir=str(hms.data_dir), pid=hms.pid
-            )
-            while not stop.wait(0.5):
-                if not hms.is_running:
-                    raise CliError(f"the metastore exited; see {hms.log_path}")
-        finally:
-            hms.stop()
+        announce(service="metastore", address=hms.address, uri=hms.uri, dir=str(hms.data_dir), pid=hms.pid)
+        while not stop.wait(0.5):
+            if not hms.is_running:
+                raise CliError(f"the metastore exited; see {hms.log_path}")
     return 0

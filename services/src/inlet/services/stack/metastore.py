@@ -1,35 +1,40 @@
-"""A real Hive Metastore for tests and the local stack: Hive 2.3's metastore from PySpark's own jars, on Derby.
+"""A real Hive Metastore for tests and the local stack: Apache Hive's standalone metastore 4, on PostgreSQL.
 
-:class:`EmbeddedMetastore` runs Hive Metastore 2.3 (``hive-metastore-2.3.x.jar`` and its DataNucleus, Derby
-and Thrift jars, all inside ``pyspark/jars``) in a JVM of its own (own process group), with an embedded Derby
-database and the warehouse directory under ``data_dir``, serving the metastore Thrift API on ``127.0.0.1``::
+:class:`EmbeddedMetastore` runs Apache Hive's own server (``org.apache.hadoop.hive.metastore.HiveMetaStore``
+of ``org.apache.hive:hive-standalone-metastore-server``, the jars of the pom's ``metastore`` part, which
+``make install`` resolves from Maven Central) in a JVM of its own (own process group), serving the
+metastore Thrift API on ``127.0.0.1`` (``metastore.thrift.bind.host``), its catalog in a PostgreSQL
+database and its warehouse directory under ``data_dir``::
 
-    with EmbeddedMetastore("/tmp/hms") as hms:      # data_dir=None: a temporary directory, removed on stop
+    with EmbeddedMetastore("/tmp/hms", database_url=pg.url("hms")) as hms:  # the database is created if missing
         hms.uri                                     # thrift://127.0.0.1:PORT
         with hms.client() as c:                     # an hmsclient.HMSClient, opened
             c.get_all_databases()                   # ['default']
 
-:meth:`start` returns once a Thrift client can call ``get_all_databases`` (the first start creates the
-Derby schema: ``datanucleus.schema.autoCreateAll=true``, ``hive.metastore.schema.verification=false``;
-about 10 s). :meth:`stop` sends SIGTERM, then kills what is left of the process group. Data under a given
-``data_dir`` survive a restart (Derby recovers its log after a kill).
+The schema is made by DataNucleus on the first start (``datanucleus.schema.autoCreateAll``,
+``metastore.schema.verification=false``): Hive's schema tool needs the SQL scripts of Hive's binary
+distribution, which no jar on Maven Central holds (only the 78 MB ``-bin.tar.gz``), and would cost a JVM
+start of its own. Tables of Hive's ACID transactions (``TXNS``, ...) come only from those scripts, so
+this metastore serves no transactional tables; Inlet registers EXTERNAL tables only, as Apache Hudi's
+sync does.
 
-Hive 2.3's ``HiveMetaStore.main`` listens on every interface and has no bind-host setting, so the JVM runs
-``InletHiveMetastore`` (beside this file; compiled once with ``javac`` into the cache directory), which
-serves the same handler from a socket bound to ``127.0.0.1``. Java 17 runs it as is (no ``--add-opens``
-is needed for the metastore and Derby). Logging: log4j2 at WARN to ``<data_dir>/metastore.log``; Derby's
-own log to ``<data_dir>/derby.log``.
+:meth:`start` returns once a Thrift client can call ``get_all_databases``. :meth:`stop` sends SIGTERM,
+then kills what is left of the process group. The catalog lives in PostgreSQL, so it survives a restart
+as long as the database does. Logging: log4j2 at WARN to ``<data_dir>/metastore.log``.
 
-``$JAVA_HOME`` selects the JDK (else ``java``/``javac`` on PATH); ``$INLET_HIVE_JARS`` points at another
-directory of Hive 2.3 metastore jars; ``$INLET_TEST_METASTORE_URI`` makes :meth:`from_env` use a running
-metastore (``thrift://host:port``) instead.
+TLS, SASL PLAIN and Kerberos are Hive's own settings, passed in ``conf`` (``metastore.use.SSL`` with
+``metastore.keystore.path``/``.password``; ``metastore.authentication=CONFIG`` with
+``metastore.authentication.config.username``/``.password``; ``metastore.sasl.enabled`` with
+``metastore.kerberos.principal``/``.keytab.file``, the JVM then needs ``-Djava.security.krb5.conf``).
+
+``$JAVA_HOME`` selects the JDK (else ``java``/``javac`` on PATH); ``$INLET_TEST_METASTORE_URI`` makes
+:meth:`from_env` use a running metastore (``thrift://host:port``) instead.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -44,6 +49,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape
 
+from inlet.services.stack import maven
 from inlet.services.stack.java import compiled_launcher, java_tool
 from inlet.services.stack.processes import (
     LOOPBACK,
@@ -62,11 +68,25 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-HIVE_JARS_ENV = "INLET_HIVE_JARS"
 METASTORE_URI_ENV = "INLET_TEST_METASTORE_URI"
+MAIN_CLASS = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 LAUNCHER_CLASS = "InletHiveMetastore"
 _LAUNCHER_SOURCE = Path(__file__).with_name(f"{LAUNCHER_CLASS}.java")
-_SERVING_MARK = "INLET-HMS-SERVING"
+# Hive 4.0 is built for Java 8. Java 17 closes the JDK's internals that Hadoop's libraries reach by
+# reflection (its Kerberos utilities read sun.security.krb5's configuration; its reflection helpers
+# and serializers touch java.lang/java.util/java.nio): opened as Hadoop does for Java 17. The tests
+# (TLS, SASL PLAIN, Kerberos with a real KDC) run with them; they were not tried without them.
+JAVA17_OPENS = (
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "--add-opens=java.base/java.net=ALL-UNNAMED",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED",
+    "--add-opens=java.security.jgss/sun.security.krb5=ALL-UNNAMED",
+)
+# environment variables through which Hive or Hadoop would read a configuration of the machine's
+_FOREIGN_CONF_ENV = ("HIVE_CONF_DIR", "HADOOP_CONF_DIR", "METASTORE_HOME", "HIVE_HOME", "HADOOP_HOME")
 
 _LOG4J2 = """\
 rootLogger.level=WARN
@@ -75,26 +95,48 @@ appender.console.type=Console
 appender.console.name=stdout
 appender.console.layout.type=PatternLayout
 appender.console.layout.pattern=%d %p %m (%c)%n
-# one warning per start about BoneCP/Derby defaults is noise
+# DataNucleus warns about its own metadata at every start; Hive about compactors it is told not to run
 logger.datanucleus.name=DataNucleus
 logger.datanucleus.level=ERROR
+logger.hms.name=org.apache.hadoop.hive.metastore.HiveMetaStore
+logger.hms.level=ERROR
+logger.hikari.name=com.zaxxer.hikari
+logger.hikari.level=ERROR
+logger.native.name=org.apache.hadoop.util.NativeCodeLoader
+logger.native.level=ERROR
 """
 
 
-def hive_jars() -> Path:
-    """The directory of Hive 2.3 metastore jars: ``$INLET_HIVE_JARS``, else ``pyspark/jars``."""
-    configured = os.environ.get(HIVE_JARS_ENV)
-    if configured:
-        path = Path(configured)
-    else:
-        spec = importlib.util.find_spec("pyspark")  # locate without importing
-        locations = list(spec.submodule_search_locations or []) if spec is not None else []
-        if not locations:
-            raise StackError(f"Hive jars not found: install pyspark (4.x) or set {HIVE_JARS_ENV}")
-        path = Path(locations[0]) / "jars"
-    if not any(path.glob("hive-metastore-*.jar")) or not any(path.glob("derby-*.jar")):
-        raise StackError(f"{path} lacks hive-metastore / derby jars")
-    return path
+def jdbc_of(database_url: str) -> tuple[str, str, str]:
+    """``postgresql://USER[:PASSWORD]@HOST[:PORT]/DB`` -> (JDBC URL, user, password)."""
+    parts = urllib.parse.urlsplit(database_url)
+    dbname = urllib.parse.unquote(parts.path.lstrip("/"))
+    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname or not dbname:
+        raise StackError(
+            f"bad metastore database URL {database_url!r}: expected postgresql://USER@HOST:PORT/DB"
+        )
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    query = f"?{parts.query}" if parts.query else ""
+    jdbc = f"jdbc:postgresql://{host}:{parts.port or 5432}/{urllib.parse.quote(dbname)}{query}"
+    return jdbc, urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+
+
+def ensure_database(database_url: str) -> None:
+    """Create the database of ``database_url`` when it does not exist (through the server's ``postgres``)."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urllib.parse.urlsplit(database_url)
+    name = urllib.parse.unquote(parts.path.lstrip("/"))
+    admin = urllib.parse.urlunsplit(parts._replace(path="/postgres"))
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.errors.DuplicateDatabase:
+        pass  # created meanwhile by another process
+    except psycopg.Error as e:
+        raise StackError(f"the metastore's database {name!r} cannot be created: {e}".strip()) from e
 
 
 def hive_site(values: Mapping[str, str]) -> str:
@@ -131,16 +173,17 @@ def open_client(
 
 
 class EmbeddedMetastore:
-    """Hive Metastore 2.3 (Derby) in its own JVM on ``127.0.0.1``, or an external one given by URI."""
+    """Hive Metastore 4 (PostgreSQL) in its own JVM on ``127.0.0.1``, or an external one given by URI."""
 
     def __init__(
         self,
         data_dir: Path | str | None = None,
         *,
+        database_url: str | None = None,
         port: int | None = None,
         host: str = LOOPBACK,
         external_uri: str | None = None,
-        heap: str = "384m",
+        heap: str = "320m",
         conf: Mapping[str, str] | None = None,
         security: MetastoreSecurity | None = None,
         jvm_options: Sequence[str] = (),
@@ -148,6 +191,7 @@ class EmbeddedMetastore:
         stop_grace_s: float = 10.0,
     ) -> None:
         self._given_dir = Path(data_dir) if data_dir is not None else None
+        self.database_url = database_url  # postgresql://...: the catalog (created if missing)
         self._data_dir: Path | None = self._given_dir
         self._port = port
         self._fixed_port = port is not None
@@ -236,16 +280,20 @@ class EmbeddedMetastore:
             return self
         if self._proc is not None and self._proc.poll() is None:
             return self
-        jars = hive_jars()
+        if not self.database_url:
+            raise StackError(
+                "the embedded metastore needs a PostgreSQL database for its catalog (database_url)"
+            )
+        jars = maven.classpath("metastore")
         launcher = compiled_launcher(_LAUNCHER_SOURCE, jars, "metastore-launcher")
+        ensure_database(self.database_url)
         if self._data_dir is None:
             self._data_dir = Path(tempfile.mkdtemp(prefix="inlet-hms-"))
         self._data_dir.mkdir(parents=True, exist_ok=True)
-        conf_dir = self._write_conf()
         for attempt in range(5):
             if self._port is None or (attempt > 0 and not self._fixed_port):
                 self._port = free_port(self.host)
-            if self._launch(jars, launcher, conf_dir):
+            if self._launch(jars, launcher):
                 break
             if self._fixed_port:
                 raise StackError(f"the metastore cannot listen on {self.address}:\n{log_tail(self.log_path)}")
@@ -295,34 +343,51 @@ class EmbeddedMetastore:
     # -- internals ------------------------------------------------------------------------------
 
     def _write_conf(self) -> Path:
+        assert self.database_url is not None and self._port is not None
         data = self.data_dir.resolve()
         conf_dir = data / "conf"
         conf_dir.mkdir(exist_ok=True)
         (data / "warehouse").mkdir(exist_ok=True)
+        jdbc, user, password = jdbc_of(self.database_url)
         values = {
-            "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={data / 'metastore_db'};create=true",
-            "javax.jdo.option.ConnectionDriverName": "org.apache.derby.jdbc.EmbeddedDriver",
+            "javax.jdo.option.ConnectionURL": jdbc,
+            "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+            "javax.jdo.option.ConnectionUserName": user,
+            "javax.jdo.option.ConnectionPassword": password,
             "datanucleus.schema.autoCreateAll": "true",
-            "datanucleus.connectionPoolingType": "DBCP",
-            "hive.metastore.schema.verification": "false",
-            "hive.metastore.warehouse.dir": (data / "warehouse").as_uri(),
-            # Hive's default log setup switches log4j2 to async loggers, whose LMAX disruptor jar
-            # PySpark does not ship (NoClassDefFoundError: com/lmax/disruptor/EventTranslatorVararg)
-            "hive.async.log.enabled": "false",
-            "hive.metastore.server.min.threads": "4",
-            "hive.metastore.server.max.threads": "64",
+            "metastore.schema.verification": "false",
+            # two pools (Hikari) of this size; PostgreSQL's connections are shared with the rest
+            "datanucleus.connectionPool.maxPoolSize": "4",
+            "metastore.thrift.bind.host": self.host,
+            "metastore.thrift.port": str(self._port),
+            "metastore.warehouse.dir": (data / "warehouse").as_uri(),
+            "metastore.warehouse.external.dir": (data / "warehouse").as_uri(),
+            "metastore.server.min.threads": "4",  # Hive's default starts 200
+            "metastore.server.max.threads": "64",
+            # Hive's housekeeping threads serve ACID tables and Hive's query history (classes of
+            # hive-exec, not on this classpath): only the notification log's cleaner runs
+            "metastore.task.threads.always": "org.apache.hadoop.hive.metastore.events.EventCleanerTask",
+            "metastore.task.threads.remote": "",
             # s3a:// table locations are recorded without a store behind them (no hadoop-aws here)
             "fs.s3a.impl": f"{LAUNCHER_CLASS}$CatalogOnlyFileSystem",
         }
         values.update(self.extra_conf)
-        (conf_dir / "hive-site.xml").write_text(hive_site(values))
+        site = conf_dir / "metastore-site.xml"
+        site.touch(mode=0o600)  # it holds the database password, if any
+        site.write_text(hive_site(values))
+        (conf_dir / "hive-site.xml").unlink(missing_ok=True)  # a Hive 2.3 data directory's
+        # Hadoop's own settings (hadoop.security.authentication=kerberos: the server's keytab login)
+        # are read by Hadoop from core-site.xml on the classpath, not from the metastore's file
+        hadoop = {k: v for k, v in values.items() if k.startswith(("hadoop.", "fs."))}
+        (conf_dir / "core-site.xml").write_text(hive_site(hadoop))
         (conf_dir / "log4j2.properties").write_text(_LOG4J2)
         return conf_dir
 
-    def _launch(self, jars: Path, launcher: Path, conf_dir: Path) -> bool:
+    def _launch(self, jars: Sequence[Path], launcher: Path) -> bool:
         assert self._port is not None and self.log_path is not None
         if port_is_open(self.host, self._port, timeout_s=0.2):
             return False
+        conf_dir = self._write_conf()
         if self._log_file is not None:
             os.close(self._log_file)
         self._log_file = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -332,17 +397,18 @@ class EmbeddedMetastore:
             f"-Xmx{self.heap}",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
+            "-Xss512k",
             "-Djava.awt.headless=true",
+            "-Djava.net.preferIPv4Stack=true",
+            *JAVA17_OPENS,
             *self.jvm_options,
             f"-Dlog4j.configurationFile={conf_dir / 'log4j2.properties'}",
-            f"-Dderby.stream.error.file={self.data_dir.resolve() / 'derby.log'}",
             "-cp",
-            os.pathsep.join([str(conf_dir), str(launcher), f"{jars}/*"]),
-            LAUNCHER_CLASS,
-            self.host,
-            str(self._port),
+            os.pathsep.join([str(conf_dir), str(launcher), *(str(j) for j in jars)]),
+            MAIN_CLASS,
         ]
-        env = {k: v for k, v in os.environ.items() if k not in ("HIVE_CONF_DIR", "HADOOP_CONF_DIR")}
+        env = {k: v for k, v in os.environ.items() if k not in _FOREIGN_CONF_ENV}
+        env["METASTORE_CONF_DIR"] = str(conf_dir)
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -363,7 +429,7 @@ class EmbeddedMetastore:
                 raise StackError(
                     f"the metastore exited with code {proc.returncode} at start:\n{new_log[-3000:]}"
                 )
-            if _SERVING_MARK in log_since(self.log_path, log_start):
+            if port_is_open(self.host, self._port, timeout_s=0.2):
                 break
             time.sleep(0.1)
         else:

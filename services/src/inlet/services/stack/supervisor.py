@@ -3,10 +3,11 @@
 ``inlet stack up`` starts a supervisor in the background (``inlet stack supervise``), which starts,
 in order: PostgreSQL (``wal_level=logical``; the source database and the coordinator's - with
 ``--source`` it is the coordinator's store only and the user's server is the source), the S3
-store (with ``--lake s3``), Apache Kafka (one KRaft node, its data under ``DIR/kafka``), a Hive Metastore, the commit
-coordinator, Debezium (Kafka Connect standalone with the PostgreSQL connector), the CDC consumer,
-the writer, the table-services service (compaction and clean after commits, so the writer never
-compacts inline) and catalog sync. Every one binds 127.0.0.1. The supervisor writes ``stack.json`` (addresses, pids, health) every second,
+store (with ``--lake s3``), Apache Kafka (one KRaft node, its data under ``DIR/kafka``), a Hive Metastore 4
+(its catalog a database of that PostgreSQL), the commit coordinator, Debezium (Kafka Connect standalone with
+the PostgreSQL connector), the CDC consumer, the writer, the table-services service (compaction and clean
+after commits, so the writer never compacts inline) and catalog sync. Every one binds 127.0.0.1. The
+supervisor writes ``stack.json`` (addresses, pids, health) every second,
 restarts a component whose process died (saying so in ``logs/supervisor.log``), and on SIGTERM
 stops them in reverse order. State and logs stay in the directory, and the ports it chose are kept
 in ``ports.json``, so ``down`` then ``up`` resumes where the pipeline was.
@@ -55,6 +56,7 @@ INITIAL_LOAD_FILE = "initial_load.json"
 LOAD_PROGRESS_FILE = "initial_load_progress.json"
 BACKFILLS_FILE = "backfills.json"  # the tables replicated at Debezium's last start (_backfill_new_tables)
 COORDINATOR_DB = "inlet_coordinator"
+METASTORE_DB = "inlet_metastore"  # the Hive Metastore's catalog, in the stack's PostgreSQL
 LAKE_BUCKET = "lake"  # the embedded SeaweedFS's bucket of a `--lake s3` stack
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0)
 STABLE_AFTER_S = 60.0  # a component that ran this long before dying is restarted without backoff
@@ -350,7 +352,12 @@ class Stack:
             return []
         from inlet.services.stack.metastore import EmbeddedMetastore
 
-        hms = EmbeddedMetastore(self.config.root / "metastore", port=self.ports.get("metastore"))
+        # its catalog is a database of the stack's own PostgreSQL (the coordinator's store with --source)
+        hms = EmbeddedMetastore(
+            self.config.root / "metastore",
+            database_url=self.pg.url(METASTORE_DB),
+            port=self.ports.get("metastore"),
+        )
         self.metastore = hms
         return [ServerComponent("metastore", hms, lambda: {"uri": hms.uri})]
 
