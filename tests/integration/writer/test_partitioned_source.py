@@ -9,6 +9,8 @@ the other); a row is deleted. Debezium must emit every change on the root's topi
 publication publishes them via the root), none on a partition's, and the lake table must equal
 PostgreSQL's root with one row per key. Before the publication had ``publish_via_partition_root``,
 changes went to ``<prefix>.public.<partition>`` topics and the root's table froze at the load.
+Then what PostgreSQL publishes no row change for - a partition detached, one truncated on its own, a
+table that holds rows attached - and ``inlet verify --repair``, the documented remedy, on the root.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from inlet.core import HudiTable
 from inlet.core.storage import Storage
 from inlet.proto.changes.v1 import changes_pb2 as pb
 from inlet.services.cdc_consumer import Decoder
+from inlet.services.cli.main import main
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.source_tables import debezium_include_list
@@ -151,3 +154,34 @@ def test_a_partitioned_table_replicates_into_its_roots_lake_table(
     # and no lake table but the root's
     tables = sorted(p.parent.parent.name for p in lake.rglob(".hoodie/hoodie.properties"))
     assert tables == ["src_events"]
+
+    # what PostgreSQL publishes no row changes for (docs/stack.md, "Partitioned tables"): a
+    # partition detached (its rows leave the root) or truncated on its own, a table that holds
+    # rows attached; `inlet verify --repair` makes the root's lake table equal again
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        stale = conn.execute(  # the rows of feb and mar
+            "SELECT id, day - date '1970-01-01' FROM src_events WHERE day >= '2026-02-01' AND day < '2026-04-01'"
+        ).fetchall()
+        conn.execute("ALTER TABLE src_events DETACH PARTITION src_events_feb")
+        conn.execute("TRUNCATE src_events_mar")
+        conn.execute("CREATE TABLE src_events_may (LIKE src_events INCLUDING ALL)")
+        conn.execute("INSERT INTO src_events_may VALUES (2001, '2026-05-01', 'before attach')")
+        conn.execute(
+            "ALTER TABLE src_events ATTACH PARTITION src_events_may FOR VALUES FROM ('2026-05-01') TO ('2026-06-01')"
+        )
+    want, got = _pg_rows(pg_url), _lake_rows(path)
+    assert sorted(set(got) - set(want)) == sorted(stale) and len(stale) > 100
+    assert [k[0] for k in set(want) - set(got)] == [2001]
+    argv = [
+        "verify",
+        "--no-progress",
+        "--source",
+        pg_url,
+        "--lake",
+        str(lake),
+        "--tables",
+        "public.src_events",
+    ]
+    argv += ["--repair", "--coordinator", coordinator.address, "--topic-prefix", "srv"]
+    assert main(argv) == 0
+    assert _lake_rows(path) == want
