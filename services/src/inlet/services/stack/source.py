@@ -4,8 +4,9 @@
 one line per problem, each naming the fix: the server answers, ``wal_level`` is ``logical``, the
 role may replicate (superuser, ``REPLICATION``, or member of ``rds_replication``), it may read
 every replicated table, a replication slot is free, and the publication exists or the role may
-create it; an existing publication that would publish a replicated partitioned table's changes under
-its partitions' names (without ``publish_via_partition_root``) is refused with the ALTER that fixes it. The stack's slot and publication are both named :func:`replication_name` of its
+create it; an existing publication that would publish a replicated partitioned table's changes
+under its partitions' names (without ``publish_via_partition_root``) is refused with the ALTER that
+fixes it. The stack's slot and publication are both named :func:`replication_name` of its
 directory. :func:`slot_state` is what ``inlet stack status`` shows (the WAL the slot holds back),
 :func:`drop_replication` what ``inlet stack down --drop-slot`` does. Nothing here creates a
 database on the source; the objects made there are the slot, the publication, and (by the
