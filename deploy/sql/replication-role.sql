@@ -25,6 +25,8 @@
 -- database nor ownership of the tables: configure the connector with
 -- publication.autocreate.mode=disabled. Tables created later in the schema join it by themselves
 -- (FOR TABLES IN SCHEMA, PostgreSQL 15 or later); grant SELECT on them if another role creates them.
+-- A partitioned table's changes are published under its root's name (publish_via_partition_root),
+-- so it replicates as one table, partitions created or attached later included.
 -- pg_hba.conf must admit the role from the connector's and the writer's hosts (a `host` line; logical
 -- replication connections match the database name, not the `replication` keyword).
 
@@ -74,5 +76,6 @@ GRANT SELECT, INSERT, DELETE ON inlet.debezium_signal TO :"role";
 
 SELECT NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = :'publication') AS inlet_create_publication \gset
 \if :inlet_create_publication
-CREATE PUBLICATION :"publication" FOR TABLES IN SCHEMA :"schema", TABLE inlet.debezium_heartbeat, inlet.debezium_signal;
+CREATE PUBLICATION :"publication" FOR TABLES IN SCHEMA :"schema", TABLE inlet.debezium_heartbeat, inlet.debezium_signal
+    WITH (publish_via_partition_root = true);
 \endif

@@ -35,8 +35,10 @@ CREATE TABLE IF NOT EXISTS inlet.debezium_signal (
 -- publication.autocreate.mode=disabled): every table of schema public, tables created later too,
 -- the heartbeat table -- without it an idle source never advances the slot and the server keeps
 -- WAL for it until max_slot_wal_keep_size drops the slot -- and the signal table, whose
--- incremental-snapshot watermarks the connector must see in the stream.
-CREATE PUBLICATION inlet_app FOR TABLES IN SCHEMA public, TABLE inlet.debezium_heartbeat, inlet.debezium_signal;
+-- incremental-snapshot watermarks the connector must see in the stream. A partitioned table's changes
+-- are published under its root's name, so it replicates as one table (publish_via_partition_root).
+CREATE PUBLICATION inlet_app FOR TABLES IN SCHEMA public, TABLE inlet.debezium_heartbeat, inlet.debezium_signal
+    WITH (publish_via_partition_root = true);
 
 -- A sample table, so a fresh stack has something to replicate
 -- (it lands as the Hudi table s3://lake/tables/app/public/customers).

@@ -115,7 +115,7 @@ class Lake:
 
 def start_source(server_dir: Path) -> tuple[EmbeddedPostgres, str]:
     """The user's PostgreSQL: database shop owned by role shop_app (REPLICATION, no superuser),
-    with a table that already holds rows."""
+    with a table and a partitioned table that already hold rows."""
     pg = EmbeddedPostgres(server_dir / "source").start()
     with psycopg.connect(pg.url(), autocommit=True) as conn:
         conn.execute(f"CREATE ROLE shop_app LOGIN REPLICATION PASSWORD '{PASSWORD}'")
@@ -124,6 +124,19 @@ def start_source(server_dir: Path) -> tuple[EmbeddedPostgres, str]:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE cli_items (id int PRIMARY KEY, v text, at timestamptz DEFAULT now())")
         conn.execute("INSERT INTO cli_items (id, v) SELECT g, 'v' || g FROM generate_series(1, 50) g")
+        # one table of the lake, its root's (#32): the stack's filtered publication lists the root
+        conn.execute(
+            "CREATE TABLE cli_parts (id int, day date, v text, PRIMARY KEY (id, day)) PARTITION BY RANGE (day)"
+        )
+        conn.execute(
+            "CREATE TABLE cli_parts_1 PARTITION OF cli_parts FOR VALUES FROM ('2026-01-01') TO ('2026-02-01')"
+        )
+        conn.execute(
+            "CREATE TABLE cli_parts_2 PARTITION OF cli_parts FOR VALUES FROM ('2026-02-01') TO ('2026-03-01')"
+        )
+        conn.execute(
+            "INSERT INTO cli_parts SELECT g, date '2026-01-01' + g, 'p' || g FROM generate_series(1, 40) g"
+        )
     return pg, url
 
 
@@ -161,7 +174,7 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
                 "template0",
                 "template1",
             ]
-        wait_for_lake(lake, ["cli_items"], 120)  # type: ignore[arg-type]  # the rows there before `up`
+        wait_for_lake(lake, ["cli_items", "cli_parts"], 120)  # type: ignore[arg-type]  # rows before `up`
 
         st = status(d)
         assert st["state"] == "running"
@@ -202,7 +215,25 @@ def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("UPDATE cli_items SET v = v || '!' WHERE id <= 10")
             conn.execute("DELETE FROM cli_items WHERE id > 45")
-        wait_for_lake(lake, ["cli_items"], 120)  # type: ignore[arg-type]
+            # in both partitions, one made now, and rows moved across partitions
+            conn.execute(
+                "CREATE TABLE cli_parts_3 PARTITION OF cli_parts FOR VALUES FROM ('2026-03-01') TO ('2026-04-01')"
+            )
+            conn.execute(
+                "INSERT INTO cli_parts VALUES (41, '2026-01-30', 'n'), (42, '2026-02-27', 'n'), (43, '2026-03-01', 'n')"
+            )
+            conn.execute("UPDATE cli_parts SET day = '2026-03-02', v = 'moved' WHERE id IN (3, 35)")
+            conn.execute("DELETE FROM cli_parts WHERE id = 4")
+        wait_for_lake(lake, ["cli_items", "cli_parts"], 120)  # type: ignore[arg-type]
+        assert sorted(p.name for p in (lake.lake / "shop" / "public").iterdir()) == ["cli_items", "cli_parts"]
+        with psycopg.connect(url) as conn:
+            # the stack's publication publishes via the root, and Debezium (which keeps it filtered
+            # to its include list) made the root its member, not the partitions
+            assert conn.execute(
+                "SELECT pubviaroot, array(SELECT r.prrelid::regclass::text FROM pg_publication_rel r "
+                "WHERE r.prpubid = p.oid ORDER BY 1) FROM pg_publication p WHERE pubname = %s",
+                (name,),
+            ).fetchone() == (True, ["cli_items", "cli_parts", "inlet.debezium_signal"])
 
         # inlet tables: the table (its changes now flow through the writer) with freshness, lag, state
         listed = inlet("tables", "--dir", str(d), "--json").splitlines()

@@ -66,6 +66,14 @@ def test_the_replication_role_replicates_without_superuser(
         # a table created after the script, by the same administrator, is readable and published too
         conn.execute("CREATE TABLE shop.orders (id bigint PRIMARY KEY, customer bigint)")
         conn.execute("INSERT INTO shop.orders VALUES (1, 1), (2, 2)")
+        # a partitioned table replicates as its root: the publication publishes via the root
+        conn.execute(
+            "CREATE TABLE shop.visits (id bigint, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day)"
+        )
+        conn.execute(
+            "CREATE TABLE shop.visits_26 PARTITION OF shop.visits FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')"
+        )
+        conn.execute("INSERT INTO shop.visits VALUES (1, '2026-05-01'), (2, '2026-06-01'), (3, '2026-07-01')")
         attrs = conn.execute(
             "SELECT rolsuper, rolreplication, rolcanlogin, rolcreatedb, rolcreaterole FROM pg_roles "
             "WHERE rolname = %s",
@@ -80,7 +88,8 @@ def test_the_replication_role_replicates_without_superuser(
     url = as_role(pg_url, role)
     check = preflight(url, ["shop.*"], publication)
     assert check.problems == [] and check.warnings == [], (check.problems, check.warnings)
-    assert not check.superuser and check.tables == [("shop", "customers"), ("shop", "orders")]
+    assert not check.superuser
+    assert check.tables == [("shop", "customers"), ("shop", "orders"), ("shop", "visits")]
     assert publication_mode(check) == "disabled"  # the administrator's publication, used as it is
 
     # `writer load` as the role: the slot, the snapshot and the COPY of every table
@@ -97,6 +106,7 @@ def test_the_replication_role_replicates_without_superuser(
     assert sorted((r.table_id, r.rows) for r in summary.loaded) == [
         ("app.shop.customers", 50),
         ("app.shop.orders", 2),
+        ("app.shop.visits", 3),
     ]
     got = HudiTable.open(str(lake / dbname / "shop" / "customers")).read(columns=["id"], meta_columns=False)
     assert sorted(got.column("id").to_pylist()) == list(range(1, 51))

@@ -78,17 +78,25 @@ def test_a_replication_role_owning_its_tables_passes(pg_url: str, roles: list[st
     url = as_role(pg_url, role)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE items (id int PRIMARY KEY)")
+        conn.execute("CREATE TABLE parted (id int PRIMARY KEY) PARTITION BY RANGE (id)")
+        conn.execute("CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100)")
     name = "inlet_t_" + uuid.uuid4().hex[:8]
     check = preflight(url, ["public.*"], name)
     assert check.problems == [] and check.warnings == []
-    assert check.tables == [("public", "items")] and not check.superuser
+    # a partition is no table of its own: its rows are its root's
+    assert check.tables == [("public", "items"), ("public", "parted")] and not check.superuser
+    assert check.partitioned == [("public", "parted")]
     assert publication_mode(check) == "filtered"
     ensure_publication(url, name, check)  # as the copy load needs it before the slot
     with psycopg.connect(pg_url) as conn:
         published = conn.execute(
-            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,)
+            "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 2", (name,)
         ).fetchall()
-    assert published == [("public", "items")]
+        [(via_root,)] = conn.execute(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (name,)
+        ).fetchall()
+    # the root, not its partitions: their changes are published under the root's name
+    assert published == [("public", "items"), ("public", "parted")] and via_root
     again = preflight(url, ["public.*"], name)
     assert again.publication_exists and again.publication_owned and publication_mode(again) == "filtered"
     # a matched table the role does not own cannot join the publication Debezium keeps filtered
@@ -98,9 +106,9 @@ def test_a_replication_role_owning_its_tables_passes(pg_url: str, roles: list[st
     assert preflight(url, ["public.*"], name).problems == [
         f"role {role} may not add public.theirs to its publication {name} (it does not own them): leave "
         f"them out of --tables, or as a superuser run DROP PUBLICATION {name}; CREATE PUBLICATION {name} "
-        "FOR ALL TABLES"
+        "FOR ALL TABLES WITH (publish_via_partition_root = true)"
     ]
-    assert preflight(url, ["public.items"], name).problems == []
+    assert preflight(url, ["public.items", "public.parted"], name).problems == []
     assert drop_replication(url, name) == {"slot_dropped": False, "publication_dropped": True}
 
 
@@ -116,7 +124,8 @@ def test_role_without_replication_or_select_is_refused_naming_the_fix(pg_url: st
         "(on Amazon RDS: GRANT rds_replication TO the role)",
         f'role {role} lacks SELECT on public.secret: run GRANT SELECT ON "public"."secret" TO "{role}"',
         f"publication inlet_t_x does not exist and role {role} may not create it (it does not own "
-        "public.readable, public.secret): as a superuser run CREATE PUBLICATION inlet_t_x FOR ALL TABLES",
+        "public.readable, public.secret): as a superuser run CREATE PUBLICATION inlet_t_x FOR ALL TABLES "
+        "WITH (publish_via_partition_root = true)",
     ]
     # a DBA's publication is used as it is, and lifts the last problem
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -128,6 +137,42 @@ def test_role_without_replication_or_select_is_refused_naming_the_fix(pg_url: st
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("DROP PUBLICATION inlet_t_x")
+
+
+def test_a_dba_publication_without_publish_via_partition_root_is_refused_naming_the_fix(
+    pg_url: str, roles: list[str]
+) -> None:
+    """A publication a DBA made is used as it is: without publish_via_partition_root it would
+    publish a partitioned table's changes under its partitions' names (topics and lake tables of
+    their own, the root's table frozen at the load), so ``up`` stops with the ALTER to run."""
+    role = make_role(pg_url, roles, "REPLICATION")
+    name = "inlet_t_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE plain (id int PRIMARY KEY)")
+        conn.execute(
+            "CREATE TABLE measures (id int, day date, PRIMARY KEY (id, day)) PARTITION BY RANGE (day)"
+        )
+        conn.execute(
+            "CREATE TABLE measures_2026 PARTITION OF measures FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')"
+        )
+        conn.execute(f"GRANT SELECT ON plain, measures TO {role}")
+        conn.execute(f"CREATE PUBLICATION {name} FOR ALL TABLES")
+    url = as_role(pg_url, role)
+    try:
+        check = preflight(url, ["public.*"], name)
+        assert check.problems == [
+            f"publication {name} publishes the changes of public.measures under their partitions' names, "
+            f"not the partitioned table's: as its owner run ALTER PUBLICATION {name} SET "
+            "(publish_via_partition_root = true);"
+        ]
+        assert preflight(url, ["public.plain"], name).problems == []  # no partitioned table replicates
+        with psycopg.connect(pg_url, autocommit=True) as conn:  # the fix the line names
+            conn.execute(f"ALTER PUBLICATION {name} SET (publish_via_partition_root = true)")
+        check = preflight(url, ["public.*"], name)
+        assert check.problems == [] and publication_mode(check) == "disabled"
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP PUBLICATION {name}")
 
 
 def test_no_matching_table_is_a_warning(pg_url: str) -> None:

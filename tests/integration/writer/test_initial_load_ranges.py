@@ -24,7 +24,7 @@ from inlet.core import HudiTable
 from inlet.core.faults import CRASH_EXIT_CODE
 from inlet.services.coordinator.server import RunningServer
 from inlet.services.writer import initial_load
-from inlet.services.writer.load_ranges import PageRange, covers_all, read_progress
+from inlet.services.writer.load_ranges import PageRange, covers_all, read_progress, table_pages
 
 
 def _fill(url: str, table: str, rows: int, pad: int = 3) -> int:
@@ -219,4 +219,22 @@ def test_a_partitioned_table_splits_by_its_largest_partition(
     summary = _load(pg_url, coordinator, lake, slot, workers=2, pages_per_range=4)
     [result] = summary.loaded
     assert result.rows == 4000 and result.ranges > 3  # pages of the larger partition
-    assert lake_rows(lake / _dbname(pg_url) / "public" / "src_parted") == {i: f"v{i}" for i in range(1, 4001)}
+    path = lake / _dbname(pg_url) / "public" / "src_parted"
+    assert lake_rows(path) == {i: f"v{i}" for i in range(1, 4001)}
+    # the identity a resumed load compares with its commits': it changes when a partition is
+    # rewritten, attached or detached (rows moved: the ranges recorded as done no longer hold)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        first = table_pages(conn, "public", "src_parted")
+        [recorded] = {e[initial_load.LOAD_RELFILENODE_KEY] for e, _ in _load_commits(path)}
+        assert recorded == str(first[1])
+        assert table_pages(conn, "public", "src_parted") == first
+        seen = {first[1]}
+        for change in (
+            "VACUUM FULL src_parted_a",
+            "CREATE TABLE src_parted_c PARTITION OF src_parted FOR VALUES FROM (4001) TO (5001)",
+            "ALTER TABLE src_parted DETACH PARTITION src_parted_b",
+        ):
+            conn.execute(change)
+            identity = table_pages(conn, "public", "src_parted")[1]
+            assert identity not in seen, change
+            seen.add(identity)

@@ -1212,6 +1212,10 @@ def test_init_script_puts_the_heartbeat_and_signal_tables_in_the_connectors_publ
             "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1",
             (cfg["publication.name"],),
         ).fetchall()
+        [(via_root,)] = conn.execute(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = %s", (cfg["publication.name"],)
+        ).fetchall()
+    assert via_root  # a partitioned table's changes come under its root's name: one table (#32)
     table = re.search(r"INSERT INTO ([\w.]+)", cfg["heartbeat.action.query"]).group(1)  # type: ignore[union-attr]
     assert [r[0] for r in published] == sorted([table, cfg["signal.data.collection"], "public.customers"])
 

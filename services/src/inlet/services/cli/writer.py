@@ -278,7 +278,8 @@ LOAD_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "publication",
         "--publication",
-        "the connector's publication.name (created FOR ALL TABLES unless it exists)",
+        "the connector's publication.name (created FOR ALL TABLES WITH (publish_via_partition_root = "
+        "true) unless it exists)",
         required=True,
         metavar="NAME",
     ),

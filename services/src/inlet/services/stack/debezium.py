@@ -300,6 +300,9 @@ class EmbeddedDebezium:
             "slot.name": self.slot_name,
             "publication.name": self.publication_name,
             "publication.autocreate.mode": "filtered",
+            # a publication Debezium makes publishes a partition's changes under its root's name, on
+            # the root's topic (PostgreSQL 13+; inlet.services.source_tables)
+            "publish.via.partition.root": "true",
             "snapshot.mode": self.snapshot_mode,
             "provide.transaction.metadata": str(self.provide_transaction_metadata).lower(),
             "heartbeat.interval.ms": str(self.heartbeat_interval_ms),

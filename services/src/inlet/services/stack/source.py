@@ -4,7 +4,9 @@
 one line per problem, each naming the fix: the server answers, ``wal_level`` is ``logical``, the
 role may replicate (superuser, ``REPLICATION``, or member of ``rds_replication``), it may read
 every replicated table, a replication slot is free, and the publication exists or the role may
-create it. The stack's slot and publication are both named :func:`replication_name` of its
+create it; an existing publication that would publish a replicated partitioned table's changes
+under its partitions' names (without ``publish_via_partition_root``) is refused with the ALTER that
+fixes it. The stack's slot and publication are both named :func:`replication_name` of its
 directory. :func:`slot_state` is what ``inlet stack status`` shows (the WAL the slot holds back),
 :func:`drop_replication` what ``inlet stack down --drop-slot`` does. Nothing here creates a
 database on the source; the objects made there are the slot, the publication, and (by the
@@ -26,8 +28,14 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
+from inlet.services.source_tables import (
+    VIA_ROOT,
+    create_publication,
+    matching_tables,
+    partitioned_tables,
+    via_root_supported,
+)
 from inlet.services.stack.processes import StackError
-from inlet.services.writer.initial_load import matching_tables
 
 CONNECT_TIMEOUT_S = 10
 _SHOWN_TABLES = 5
@@ -104,6 +112,8 @@ class SourceCheck:
     role: str = ""
     superuser: bool = False
     tables: list[tuple[str, str]] = field(default_factory=list)  # the tables --tables matches
+    partitioned: list[tuple[str, str]] = field(default_factory=list)  # those that are partitioned roots
+    via_root: bool = True  # the server has publish_via_partition_root (PostgreSQL 13+)
     publication_exists: bool = False
     publication_owned: bool = False  # by the role, and not FOR ALL TABLES: Debezium may alter it
 
@@ -146,6 +156,14 @@ def _check(conn: psycopg.Connection[Any], check: SourceCheck, globs: Sequence[st
             "as a superuser (on Amazon RDS: GRANT rds_replication TO the role)"
         )
     check.tables = matching_tables(conn, globs)
+    check.partitioned = partitioned_tables(conn, globs)
+    check.via_root = via_root_supported(conn)
+    if check.partitioned and not check.via_root:
+        check.problems.append(
+            f"the source is PostgreSQL {conn.info.server_version // 10000}, which publishes the changes of "
+            f"partitioned tables ({_names(check.partitioned)}) under their partitions' names: replicating "
+            "them needs PostgreSQL 13 or later (publish_via_partition_root); leave them out of --tables"
+        )
     if not check.tables:
         check.warnings.append(
             f"no table in database {database} matches --tables {','.join(globs)}; nothing replicates "
@@ -192,13 +210,22 @@ def _not_owned(conn: psycopg.Connection[Any], tables: Sequence[tuple[str, str]])
 def _check_publication(
     conn: psycopg.Connection[Any], check: SourceCheck, name: str, database: str, may_create: bool
 ) -> None:
+    via_root = "pubviaroot" if check.via_root else "false"
     pub = conn.execute(
-        "SELECT pg_get_userbyid(pubowner) = current_user, puballtables FROM pg_publication WHERE pubname = %s",
+        f"""SELECT pg_get_userbyid(pubowner) = current_user, puballtables, {via_root}
+            FROM pg_publication WHERE pubname = %s""",
         (name,),
     ).fetchone()
     if pub is not None:
         check.publication_exists = True
         check.publication_owned = bool(pub[0]) and not pub[1]
+        if check.partitioned and check.via_root and not pub[2]:
+            # changes would stream under each partition's name, into lake tables of their own
+            check.problems.append(
+                f"publication {name} publishes the changes of {_names(check.partitioned)} under their "
+                f"partitions' names, not the partitioned table's: as its owner run ALTER PUBLICATION "
+                f"{name} SET ({VIA_ROOT});"
+            )
         if pub[1]:
             return
         if check.publication_owned and not check.superuser:
@@ -208,7 +235,7 @@ def _check_publication(
                 check.problems.append(
                     f"role {check.role} may not add {_names(not_owned)} to its publication {name} (it does "
                     f"not own them): leave them out of --tables, or as a superuser run DROP PUBLICATION "
-                    f"{name}; CREATE PUBLICATION {name} FOR ALL TABLES"
+                    f"{name}; CREATE PUBLICATION {name} FOR ALL TABLES WITH ({VIA_ROOT})"
                 )
             return
         published = set(
@@ -232,7 +259,7 @@ def _check_publication(
         )
         check.problems.append(
             f"publication {name} does not exist and role {check.role} may not create it ({why}): "
-            f"as a superuser run CREATE PUBLICATION {name} FOR ALL TABLES"
+            f"as a superuser run CREATE PUBLICATION {name} FOR ALL TABLES WITH ({VIA_ROOT})"
         )
 
 
@@ -256,17 +283,8 @@ def ensure_publication(url: str, name: str, check: SourceCheck) -> None:
     with _connect(url) as conn:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone():
             return
-        if check.superuser:
-            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(name)))
-        elif check.tables:
-            conn.execute(
-                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                    sql.Identifier(name),
-                    sql.SQL(", ").join(sql.Identifier(s, t) for s, t in check.tables),
-                )
-            )
-        else:
-            conn.execute(sql.SQL("CREATE PUBLICATION {}").format(sql.Identifier(name)))
+        # the roots of partitioned tables, never their partitions: published via the root
+        create_publication(conn, name, None if check.superuser else check.tables)
 
 
 @dataclass(frozen=True)

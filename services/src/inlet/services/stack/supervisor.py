@@ -16,7 +16,6 @@ in ``ports.json``, so ``down`` then ``up`` resumes where the pipeline was.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ import psycopg
 from psycopg import sql
 
 from inlet.core.s3 import S3Options
-from inlet.services import kafka_topics
+from inlet.services import kafka_topics, source_tables
 from inlet.services.coordinator_client.client import CoordinatorClient
 from inlet.services.logs import log_event
 from inlet.services.runtime import StopSignal
@@ -170,11 +169,6 @@ class StackConfig:
         for key in _RETIRED_CONFIG_KEYS:
             data.pop(key, None)
         return cls(**data)
-
-
-def include_list(globs: tuple[str, ...]) -> str:
-    """Debezium's ``table.include.list`` (comma-separated regexes) for ``schema.table`` globs."""
-    return ",".join(fnmatch.translate(g).removeprefix("(?s:").removesuffix(")\\Z") for g in globs)
 
 
 @dataclass
@@ -450,12 +444,14 @@ class Stack:
         from inlet.services.stack.debezium import EmbeddedDebezium
 
         check = self._check_source()
+        with psycopg.connect(self.source_url, connect_timeout=10) as conn:  # partitions left out
+            tables = source_tables.debezium_include_list(conn, self.config.tables)
         dbz = EmbeddedDebezium(
             self.source_url,
             self.kafka.bootstrap,
             self.config.database,
             data_dir=self.config.root / "debezium",
-            table_include_list=include_list(self.config.tables),
+            table_include_list=tables,
             slot_name=self.config.replication_name,
             publication_name=self.config.replication_name,
             rest_port=self.ports.get("debezium"),
@@ -468,6 +464,7 @@ class Stack:
                 **STACK_CONNECTOR_SETTINGS,
                 **{f"topic.creation.default.{k}": v for k, v in self.config.retention.configs().items()},
                 "publication.autocreate.mode": source.publication_mode(check) if check else "all_tables",
+                "publish.via.partition.root": str(check is None or check.via_root).lower(),
             },
         )
         dbz.extra_config.update(self._signals())
@@ -508,7 +505,7 @@ class Stack:
         the stack.
         """
         from inlet.services import backfill
-        from inlet.services.writer.initial_load import matching_tables
+        from inlet.services.source_tables import matching_tables
 
         path = self.config.root / BACKFILLS_FILE
         try:

@@ -29,6 +29,7 @@ from pyarrow import csv
 
 from inlet.services.cdc_consumer.catalog import PostgresCatalog
 from inlet.services.logs import log_event
+from inlet.services.source_tables import matching_tables
 from inlet.services.verify.compare import Hashed
 from inlet.services.writer import initial_load
 from inlet.services.writer.initial_load import TablePlan
@@ -108,7 +109,7 @@ def find_tables(
 ) -> list[SourceTable]:
     """The source tables matching ``globs`` (``schema.table``), as the initial load finds them."""
     found = []
-    for schema, table in initial_load.matching_tables(conn, globs):
+    for schema, table in matching_tables(conn, globs):
         keys = initial_load.primary_key(conn, schema, table)
         columns, unrendered = initial_load.render_columns(catalog, schema, table)
         pg_types = dict(conn.execute(_COLUMN_TYPES, (schema, table)).fetchall())

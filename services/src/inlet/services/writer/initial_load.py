@@ -6,7 +6,8 @@ a second. Tools that replicate Postgres at scale load the existing rows in bulk 
 from the exact point the bulk read saw, and so does this module:
 
 1. A publication for all tables is made sure of (pgoutput decodes with the catalog as of each WAL
-   record, so it must exist before the slot's start), then the connector's logical replication slot
+   record, so it must exist before the slot's start; it publishes a partition's changes via its
+   root, whose rows the load reads, :mod:`inlet.services.source_tables`), then the connector's logical replication slot
    is created on a replication connection with ``EXPORT_SNAPSHOT``: PostgreSQL returns the slot's
    consistent point (an LSN) and the name of a snapshot that sees exactly the transactions committed
    before it.
@@ -70,7 +71,6 @@ The load commit carries no Kafka checkpoint, so the writer reads the change topi
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import json
 import logging
 import re
@@ -105,6 +105,7 @@ from inlet.services.cdc_consumer.types import (
 )
 from inlet.services.coordinator_client.client import CoordinatorClient, GrpcCommitProtocol
 from inlet.services.logs import log_event
+from inlet.services.source_tables import create_publication, matching_tables
 from inlet.services.writer import tables
 from inlet.services.writer.load_ranges import (
     PageRange,
@@ -259,7 +260,7 @@ def exported_snapshot(
                 existing = None
         found = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
         if found is None:
-            conn.execute(sql.SQL("CREATE PUBLICATION {} FOR ALL TABLES").format(sql.Identifier(publication)))
+            create_publication(conn, publication, None)  # partitions published via their root
     if existing is not None:  # resumed: the slot stays, a fresh snapshot for the ranges left
         with psycopg.connect(conninfo) as exporter:
             exporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -556,17 +557,6 @@ def debezium_snapshot_config(skipped: Iterable[str]) -> dict[str, str]:
         "snapshot.mode": "initial",
         "snapshot.include.collection.list": ",".join(re.escape(t) for t in left),
     }
-
-
-def matching_tables(conn: psycopg.Connection[Any], globs: Sequence[str]) -> list[tuple[str, str]]:
-    """The ordinary and partitioned tables whose ``schema.table`` matches one of ``globs``."""
-    rows = conn.execute(
-        """SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition
-             AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg_toast%%'
-           ORDER BY 1, 2"""
-    ).fetchall()
-    return [(s, t) for s, t in rows if any(fnmatch.fnmatchcase(f"{s}.{t}", g) for g in globs)]
 
 
 @dataclasses.dataclass(frozen=True)

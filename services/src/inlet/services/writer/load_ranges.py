@@ -10,6 +10,7 @@ recorded in the load's commits as ``start:end`` (``start:`` for the open last on
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import logging
@@ -95,9 +96,12 @@ def covers_all(done: Iterable[PageRange]) -> bool:
 
 def table_pages(conn: psycopg.Connection[Any], schema: str, table: str) -> tuple[int, int]:
     """The table's size in pages (for a partitioned table: its largest partition, whose pages bound
-    every partition's ctids) and its relfilenode (0 for a partitioned one), as of now. Rows the
-    snapshot sees are in pages that existed when it was taken, and relations do not shrink below a
-    tuple an open snapshot can see, so the size taken after the snapshot covers them."""
+    every partition's ctids: a range's ``ctid`` condition selects those pages of each partition)
+    and its relfilenode, as of now. Rows the snapshot sees are in pages that existed when it was
+    taken, and relations do not shrink below a tuple an open snapshot can see, so the size taken
+    after the snapshot covers them. A partitioned table has no file of its own: its "relfilenode"
+    is a digest of its partitions and theirs, so a resumed load sees a partition rewritten
+    (``VACUUM FULL``, ``TRUNCATE``), attached or detached since the ranges it records were read."""
     row = conn.execute(
         """SELECT c.oid, c.relkind, c.relfilenode FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            WHERE n.nspname = %s AND c.relname = %s""",
@@ -107,11 +111,15 @@ def table_pages(conn: psycopg.Connection[Any], schema: str, table: str) -> tuple
     oid, kind, relfilenode = row
     block = int(conn.execute("SELECT current_setting('block_size')::int").fetchone()[0])  # type: ignore[index]
     if kind == "p":
-        size = conn.execute(
-            "SELECT coalesce(max(pg_relation_size(relid)), 0) FROM pg_partition_tree(%s) WHERE isleaf", (oid,)
-        ).fetchone()
-    else:
-        size = conn.execute("SELECT pg_relation_size(%s)", (oid,)).fetchone()
+        leaves = conn.execute(
+            """SELECT t.relid::oid::int8, c.relfilenode, pg_relation_size(t.relid) FROM pg_partition_tree(%s) t
+               JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf ORDER BY 1""",
+            (oid,),
+        ).fetchall()
+        files = ",".join(f"{leaf}:{node}" for leaf, node, _ in leaves).encode()
+        digest = int.from_bytes(hashlib.sha256(files).digest()[:7], "big")  # a positive int8
+        return max((int(n) for _, _, n in leaves), default=0) // block, digest
+    size = conn.execute("SELECT pg_relation_size(%s)", (oid,)).fetchone()
     assert size is not None
     return int(size[0]) // block, int(relfilenode)
 
