@@ -73,9 +73,18 @@ def _maven() -> str:
     return found
 
 
-def resolve(part: str) -> Path:
-    """Resolve ``part`` with ``mvn`` (downloads what the local repository lacks) and write its classpath."""
+def resolve(part: str, *, force: bool = False) -> Path:
+    """Resolve ``part`` with ``mvn`` (downloads what the local repository lacks) and write its classpath.
+
+    A part already resolved for this ``pom.xml`` whose jars are all there is left as it is (``make
+    install`` runs this every time; Maven itself takes seconds a part even with nothing to fetch)."""
     target = classpath_file(part)
+    if not force:
+        try:
+            classpath(part)
+            return target
+        except StackError:
+            pass  # not resolved yet, or a jar is gone: resolve it
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.tmp")
     cmd = [
@@ -112,12 +121,15 @@ def main(argv: list[str] | None = None) -> int:
         "with checksums checked, and write each part's classpath file.",
     )
     parser.add_argument("parts", nargs="*", metavar="PART", help=f"of {', '.join(PARTS)} (default: all)")
+    parser.add_argument(
+        "--force", action="store_true", help="resolve again even when a part's classpath file is complete"
+    )
     args = parser.parse_args(argv)
     for part in args.parts or PARTS:
         if part not in PARTS:
             parser.error(f"unknown part {part!r}: one of {', '.join(PARTS)}")
         try:
-            print(f"{part}: {resolve(part)}", flush=True)
+            print(f"{part}: {resolve(part, force=args.force)}", flush=True)
         except StackError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
