@@ -98,7 +98,9 @@ def resolve(part: str) -> Path:
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         errors = [line for line in done.stdout.splitlines() if "[ERROR]" in line][:3]
-        raise StackError(f"mvn could not resolve the Java part {part!r}:\n" + "\n".join(errors or [done.stderr]))
+        raise StackError(
+            f"mvn could not resolve the Java part {part!r}:\n" + "\n".join(errors or [done.stderr])
+        )
     partial.replace(target)
     return target
 
