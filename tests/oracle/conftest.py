@@ -16,7 +16,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from support.apache_hudi import ApacheHudiPool, pool
+from compare import completed_writes
+from support.apache_hudi import ApacheHudi, ApacheHudiPool, pool
+
+from inlet.core import HudiTable
+from inlet.core.read.incremental import EARLIEST
 
 LINES = ("1.0", "1.2")
 
@@ -25,3 +29,16 @@ LINES = ("1.0", "1.2")
 def apache_hudi() -> Iterator[ApacheHudiPool]:
     with pool() as started:
         yield started
+
+
+def incremental_begin(oracle: ApacheHudi, table: HudiTable, begin: str) -> str:
+    """Inlet's (exclusive) begin for the window Apache Hudi answers to ``begin``.
+
+    Apache Hudi 1.0 takes ``hoodie.datasource.read.begin.instanttime`` as an *inclusive* completion
+    time, from 1.1 on exclusive, as Inlet does (docs/table-format.md, "Apache Hudi's readers"): for
+    1.0 the window also holds the instant that completed at ``begin``, which is Inlet's window
+    beginning at the completion before it."""
+    if oracle.version.startswith("1.0") and begin.strip("0"):
+        earlier = [i.completion_time for i in completed_writes(table) if i.completion_time < begin]
+        return max(earlier, default=EARLIEST)
+    return begin
