@@ -24,9 +24,10 @@ failed commit leaves the table as it was:
 1. under the table lock, :func:`turned_off` writes the table config without the partitions (one
    atomic write), then the caller writes the completed instant; if that fails, the original
    ``hoodie.properties`` is written back, byte for byte;
-2. after the completion, :func:`delete_leftover` deletes ``.hoodie/metadata``: a table config
-   that names no partitions makes every reader ignore it, so a process that dies before this step
-   leaves only a directory the next commit (Inlet's, or Hudi's bootstrap) removes.
+2. after the completion, ``.hoodie/metadata`` is deleted: a table config that names no partitions
+   makes every reader ignore it, so a process that dies before this step leaves only a directory
+   that Apache Hudi's next bootstrap replaces, or Inlet's next clean, restore or archive deletes
+   (:func:`delete_leftover`; a commit does not look for it, to cost one request on an object store).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import posixpath
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
+from inlet.core.errors import InletError
 from inlet.core.storage import Storage
 from inlet.core.table import properties as props_io
 from inlet.core.timeline.instant import Action
@@ -67,10 +69,11 @@ def turned_off(storage: Storage) -> Iterator[bool]:
     """Inside the block the table config names no metadata table partitions; the block writes the
     completed instant. Yields whether a metadata table was turned off. If the block raises, the
     table config is written back as it was. Call under the table lock."""
-    if not storage.exists(props_io.PROPERTIES_PATH):
+    try:  # one GET per commit on an object store: no existence check first
+        original = storage.read_bytes(props_io.PROPERTIES_PATH)
+    except InletError:  # no table config yet (a table being created)
         yield False
         return
-    original = storage.read_bytes(props_io.PROPERTIES_PATH)
     props = props_io.loads(original.decode("utf-8"))
     if not is_on(props):
         yield False
@@ -114,9 +117,10 @@ def write_completed(storage: Storage, rel: str, content: bytes, action: str) -> 
     if action == Action.ROLLBACK:
         storage.write_atomic(rel, content)
         return
-    with turned_off(storage):
+    with turned_off(storage) as was_on:
         storage.write_atomic(rel, content)
-    delete_leftover(storage)
+    if was_on:
+        storage.delete_dir(TABLE_DIR)
 
 
 def turn_off(storage: Storage) -> bool:
