@@ -43,7 +43,7 @@ CORE_LAYERS = (
     ("errors", "faults", "progress"),
     ("config", "s3", "storage_requests", "storage", "avro", "schema", "keys"),
     ("timeline",),
-    ("table.properties", "table.meta"),
+    ("table.properties", "table.meta", "table.metadata_table"),
     ("log",),
     ("merge",),
     ("file_group",),

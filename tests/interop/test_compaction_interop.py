@@ -47,7 +47,6 @@ from test_mor_interop import (
 from inlet.core import CommitResult, HudiTable, faults
 from inlet.core.actions.compaction_plan import CompactionPlan, pending_compactions, read_plan
 from inlet.core.actions.compaction_run import AFTER_FIRST_FILE
-from inlet.core.errors import UnsupportedError
 from inlet.core.file_group.view import BaseFile, FileSystemView, list_data_files
 from inlet.core.timeline.commit_metadata import CommitMetadata
 
@@ -382,10 +381,8 @@ def test_runs_apache_hudis_own_plan(tmp_path: Path) -> None:
     (path / ".hoodie" / "timeline" / f"{HUDI_COMPACTION}.compaction.inflight").unlink()
     table = HudiTable.open(str(path))
     assert pending_compactions(table) == [HUDI_COMPACTION]
-    # the table lists its files through a metadata table Inlet cannot update: refused unless disabled
-    with pytest.raises(UnsupportedError, match=r"hoodie\.metadata\.enable=false"):
-        table.run_compaction()
-    result = table.run_compaction(options={"hoodie.metadata.enable": "false"})
+    # the table lists its files through a metadata table Inlet cannot update: the completion turns it off
+    result = table.run_compaction()
     assert result is not None and result.instant_time == HUDI_COMPACTION
     assert not (path / ".hoodie" / "metadata").exists()
     assert HudiTable.open(str(path)).props["hoodie.table.metadata.partitions"] == ""

@@ -201,12 +201,12 @@ def test_errors_on_tables_it_cannot_compact(tmp_path: Path) -> None:
     one_error(call("compaction", "schedule", cow, "--max-delta-commits", "1"), 1, "Merge-on-Read")
     one_error(call("compaction", "schedule"), 2, "INLET_TABLE_PATH")
     one_error(call("compaction", "show", tmp_path / "nothing"), 1, "no hudi table")
-    # a metadata table Inlet cannot update: refused, unless deleted first (Hudi's way of disabling it)
+    # a metadata table Inlet cannot update: asking for it is refused
     path = tmp_path / "md"
-    rides(path, extra_properties={"hoodie.table.metadata.partitions": "files"})
+    rides(path)
     assert doc(call("compaction", "schedule", path, "--max-delta-commits", "1"))["instant"]
-    one_error(call("compaction", "run", path), 1, "metadata table", "hoodie.metadata.enable=false")
-    summary = doc(call("compaction", "run", path, "--option", "hoodie.metadata.enable=false"))
+    one_error(call("compaction", "run", path, "--option", "hoodie.metadata.enable=true"), 1, "metadata table")
+    summary = doc(call("compaction", "run", path))
     assert summary["files"] == 2
 
 

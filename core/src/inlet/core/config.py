@@ -325,6 +325,9 @@ class WriteConfig:
     # the writer's heartbeat period (Hudi's HoodieWriteConfig key and default); a pending instant
     # whose heartbeat is older than (tolerable misses + 1) periods is rolled back by the next writer
     HEARTBEAT_INTERVAL_MS = ConfigKey("hoodie.client.heartbeat.interval_in_ms", parse_positive_int, 60_000)
+    # Inlet writes as an Apache Hudi writer with the metadata table disabled: every commit turns a
+    # table's metadata table off (inlet.core.table.metadata_table); true is refused
+    METADATA_ENABLE = ConfigKey("hoodie.metadata.enable", parse_bool, False)
 
 
 class CompactionTrigger(enum.StrEnum):
@@ -404,9 +407,6 @@ class CompactionConfig:
     TARGET_IO_MB = ConfigKey("hoodie.compaction.target.io", int, 500 * 1024)
     LOG_FILE_SIZE_THRESHOLD = ConfigKey("hoodie.compaction.logfile.size.threshold", int, 0)
     LOG_FILE_NUM_THRESHOLD = ConfigKey("hoodie.compaction.logfile.num.threshold", int, 0)
-    # false: a table's metadata table (which Inlet cannot keep up to date) is deleted before a
-    # compaction runs, as Apache Hudi deletes it when a writer disables it
-    METADATA_ENABLE = ConfigKey("hoodie.metadata.enable", parse_bool)
 
 
 class ArchivalConfig:

@@ -537,18 +537,23 @@ def test_errors(tmp_path: Path) -> None:
 
 
 def test_a_table_with_a_metadata_table(tmp_path: Path) -> None:
-    """Inlet cannot update a metadata table: it schedules, but runs only after deleting it."""
-    t = mor(tmp_path, extra_properties={"hoodie.table.metadata.partitions": "files"})
-    (Path(t.base_path) / ".hoodie/metadata/.hoodie").mkdir(parents=True)
+    """Inlet cannot update a metadata table: the compaction's completion turns it off, as every
+    commit does (``hoodie.metadata.enable=true`` is refused)."""
+    t = mor(tmp_path)
     t.write(batch([(1, "sf", 1, "a")]), "insert")
     t.write(batch([(1, "sf", 2, "b")]), "upsert")
-    checksum = HudiTable.open(t.base_path).props["hoodie.table.checksum"]
+    props = Path(t.base_path) / ".hoodie/hoodie.properties"
+    props.write_text(props.read_text() + "hoodie.table.metadata.partitions=files\n")
+    (Path(t.base_path) / ".hoodie/metadata/.hoodie").mkdir(parents=True)
+    t = HudiTable.open(t.base_path)
+    checksum = t.props["hoodie.table.checksum"]
     instant = t.schedule_compaction(DUE)
     assert instant is not None
+    assert HudiTable.open(t.base_path).props["hoodie.table.metadata.partitions"] == "files"
     with pytest.raises(UnsupportedError, match="metadata table"):
-        t.run_compaction()
+        t.run_compaction(options={"hoodie.metadata.enable": "true"})
     assert t.timeline.find(instant).state is State.REQUESTED
-    t.run_compaction(options={"hoodie.metadata.enable": "false"})
+    t.run_compaction()
     reopened = HudiTable.open(t.base_path)
     assert reopened.props["hoodie.table.metadata.partitions"] == ""
     assert reopened.props["hoodie.table.checksum"] == checksum

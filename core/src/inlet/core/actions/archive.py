@@ -70,6 +70,7 @@ from inlet.core.config import (
 from inlet.core.errors import InletError, InvalidOptionError, UnsupportedError
 from inlet.core.progress import Progress
 from inlet.core.storage import Storage
+from inlet.core.table import metadata_table
 from inlet.core.table.properties import read_properties
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.archived import ArchivedRecord, ArchivedTimeline, LSMTimeline, history_dir
@@ -449,6 +450,8 @@ def archive(
         acts = [a for a in active_actions(storage, timeline, [i.time for i in instants]) if a.completed]
         written = None
         if acts:
+            # Apache Hudi archives only what its metadata table has compacted; Inlet cannot tell
+            metadata_table.turn_off(storage)
             progress = Progress(
                 f"archive {acts[0].time}..{acts[-1].time}",
                 "instants read",

@@ -43,6 +43,7 @@ from inlet.core.commit.locks import table_lock
 from inlet.core.config import ConfigKey, check_options, config_keys
 from inlet.core.file_group.view import FileGroup, FileSlice, FileSystemView
 from inlet.core.progress import Progress
+from inlet.core.table import metadata_table
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, State, format_instant_time
@@ -290,6 +291,8 @@ def _execute(table: TableHandle, instant: Instant, plan: CleanPlan) -> Instant:
     started = time.monotonic()
     if instant.state is State.REQUESTED:
         instant = table.commit_protocol.set_inflight(instant)
+    with table_lock(table.storage):  # a metadata table would go on listing the deleted files
+        metadata_table.turn_off(table.storage)
     faults.crash_point(faults.CLEAN_AFTER_PLAN)
     partition_md: dict[str, dict[str, Any]] = {}
     total = 0

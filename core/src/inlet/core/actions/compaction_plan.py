@@ -49,21 +49,17 @@ from inlet.core.file_group.view import (
     LogFile,
 )
 from inlet.core.storage import FileInfo
-from inlet.core.table import properties as props_io
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Action, Instant, State, parse_instant_time
-from inlet.core.write.prepare import WRITE_OPTION_KEYS
+from inlet.core.write.prepare import check_write_options
 
 log = logging.getLogger(__name__)
 
 PLAN_VERSION = 2  # HoodieCompactionPlan version Apache Hudi 1.x writes
 COMPACTION_TABLE_VERSIONS = (8, 9)
 BYTES_PER_MB = 1024 * 1024
-METADATA_PARTITIONS_KEY = "hoodie.table.metadata.partitions"
-METADATA_INFLIGHT_PARTITIONS_KEY = "hoodie.table.metadata.partitions.inflight"
-METADATA_TABLE_DIR = ".hoodie/metadata"
 
 # plan metrics (Hudi's CompactionStrategy / FileSliceMetricUtils names), in the order Hudi writes them
 TOTAL_LOG_FILES = "TOTAL_LOG_FILES"
@@ -201,45 +197,13 @@ def _check_table(table: TableHandle) -> None:
         raise UnsupportedError(f"Inlet compacts into Parquet base files; this table's are {base_format}")
 
 
-def _has_metadata_table(table: TableHandle) -> bool:
-    """Whether readers list the table's files through its metadata table (Hudi decides by this key)."""
-    return bool(table.meta.props.get(METADATA_PARTITIONS_KEY, "").strip())
-
-
-def _check_metadata_table(table: TableHandle, options: Mapping[str, str]) -> None:
-    """A table with a metadata table is compacted only after deleting it (``hoodie.metadata.enable
-    = false``): Inlet cannot add the new base files to it, and readers that list files through
-    it (hudi-rs and Apache Hudi do) would not see them while cleaners and writers relied on it.
-
-    Deleting it is what Apache Hudi does when a writer disables the metadata table: the table
-    config stops naming its partitions (readers list the file system from then on), then
-    ``.hoodie/metadata`` goes. Apache Hudi builds it again when a writer enables it.
-    """
-    if not _has_metadata_table(table):
-        return
-    if CompactionConfig.METADATA_ENABLE.get(options) is not False:
-        raise UnsupportedError(
-            f"the table has a metadata table ({table.meta.props[METADATA_PARTITIONS_KEY]}), which Inlet "
-            "cannot update; run the compaction with hoodie.metadata.enable=false to delete it first "
-            "(Apache Hudi rebuilds it when a writer enables it again)"
-        )
-    with table_lock(table.storage):
-        props = props_io.read_properties(table.storage)
-        for key in (METADATA_PARTITIONS_KEY, METADATA_INFLIGHT_PARTITIONS_KEY):
-            if key in props:
-                props[key] = ""
-        props_io.write_properties(table.storage, props)
-        table.reload_meta()
-    table.storage.delete_dir(METADATA_TABLE_DIR)
-    log.warning("deleted the metadata table of %s (hoodie.metadata.enable=false)", table.base_path)
-
-
 def _options(options: Mapping[str, str] | None) -> dict[str, str]:
     """The options as strings, every compaction and write option checked (the run writes base
     files and heartbeats with the write options): a bad value raises
     :class:`~inlet.core.errors.InvalidOptionError` before any work, no instant is left behind."""
     opts = {str(k): str(v) for k, v in (options or {}).items()}
-    check_options(opts, (*config_keys(CompactionConfig), *WRITE_OPTION_KEYS))
+    check_options(opts, config_keys(CompactionConfig))
+    check_write_options(opts)  # hoodie.metadata.enable=true refused: its completion turns it off
     return opts
 
 

@@ -37,7 +37,6 @@ from inlet.core import faults
 from inlet.core.actions.compaction_plan import (
     CompactionOperation,
     CompactionPlan,
-    _check_metadata_table,
     _check_table,
     _inflight,
     _options,
@@ -349,7 +348,6 @@ def run(
         if target is None:
             log.info("no pending compaction to run")
             return None
-        _check_metadata_table(table, opts)
         t = target.time
         if target.state is State.INFLIGHT:
             if not force and not _runner_gone(storage, tl, t, interval):

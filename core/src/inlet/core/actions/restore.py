@@ -44,6 +44,7 @@ from inlet.core.commit import heartbeat, markers
 from inlet.core.commit.locks import table_lock
 from inlet.core.config import TableType
 from inlet.core.errors import InvalidInputError
+from inlet.core.table import metadata_table
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, State, normalize_instant_time
@@ -169,6 +170,8 @@ def _execute(table: TableHandle, instant: Instant, plan: dict[str, Any]) -> tupl
     savepoint = plan.get("savepointToRestoreTimestamp") or ""
     if instant.state is State.REQUESTED:
         instant = table.commit_protocol.set_inflight(instant)
+    with table_lock(table.storage):  # a metadata table would go on listing the deleted files
+        metadata_table.turn_off(table.storage)
     faults.crash_point(faults.RESTORE_AFTER_PLAN)
     per_instant: dict[str, list[dict[str, Any] | None]] = {}
     rolled: list[Instant] = []

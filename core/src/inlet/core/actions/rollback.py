@@ -30,6 +30,7 @@ from inlet.core.commit import heartbeat, markers
 from inlet.core.commit.locks import table_lock
 from inlet.core.errors import InletError
 from inlet.core.file_group.view import BaseFile, LogFile, list_data_files
+from inlet.core.table import metadata_table
 from inlet.core.table.handle import TableHandle
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.instant import Action, Instant, State
@@ -102,6 +103,11 @@ def _execute(table: TableHandle, rollback_instant: Instant, plan: dict[str, Any]
     started = time.monotonic()
     storage = table.storage
     target = plan["instantToRollback"]
+    if metadata_table.knows_instant(storage, target["commitTime"]):
+        # Apache Hudi recorded the pending instant's files in its metadata table before it failed:
+        # Inlet cannot take them out again, so readers must stop listing through it
+        with table_lock(storage):
+            metadata_table.turn_off(storage)
     deleted: dict[str, list[str]] = {}
     for req in plan.get("RollbackRequests") or []:
         for f in req.get("filesToBeDeleted") or []:

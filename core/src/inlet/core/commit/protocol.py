@@ -8,6 +8,13 @@ Completion is atomic: the completed instant file appears in one rename, after a 
 (optimistic concurrency: a commit fails if an instant that completed after this one began
 touched the same file groups) under the table lock. An instant that is no longer pending, or that
 another writer is rolling back, cannot be completed either.
+
+Every completion but a rollback's turns off an Apache Hudi metadata table the table has
+(:mod:`inlet.core.table.metadata_table`): Inlet does not maintain it, and readers listing files
+through it would miss the instant's files. A rollback deletes the files of an instant that never
+completed, which no listing has: it turns the metadata table off itself only when the metadata
+table recorded that instant (:func:`inlet.core.table.metadata_table.write_completed`), so a failed
+write leaves the table as it was.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from inlet.core import avro
 from inlet.core.commit.locks import table_lock
 from inlet.core.errors import CommitConflictError, InletError
 from inlet.core.storage import Storage
+from inlet.core.table import metadata_table
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import CommitMetadata
 from inlet.core.timeline.instant import Action, Instant, State, format_instant_time, parse_instant_time
@@ -152,7 +160,10 @@ class LocalCommitProtocol(CommitProtocol):
         return Timeline.load(self.storage, self.layout_version, self.timeline_path)
 
     def _write(self, tl: Timeline, instant: Instant, content: bytes) -> None:
-        self.storage.write_atomic(tl.path_of(instant), content)
+        if instant.is_completed:
+            metadata_table.write_completed(self.storage, tl.path_of(instant), content, instant.action)
+        else:
+            self.storage.write_atomic(tl.path_of(instant), content)
 
     def begin(self, action: str, requested_content: bytes = b"") -> Instant:
         with table_lock(self.storage):

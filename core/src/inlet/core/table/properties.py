@@ -11,6 +11,8 @@ from inlet.core.errors import CorruptFileError, InvalidConfigError, TableNotFoun
 from inlet.core.storage import Storage
 
 PROPERTIES_PATH = ".hoodie/hoodie.properties"
+#: the checksum file Hadoop's local file system (Apache Hudi on local disk) writes beside it
+CHECKSUM_FILE_PATH = ".hoodie/.hoodie.properties.crc"
 CURRENT_TABLE_VERSION = 8
 SUPPORTED_READ_VERSIONS = (5, 6, 8, 9)
 
@@ -131,3 +133,12 @@ def write_properties(storage: Storage, props: dict[str, str]) -> None:
     props[TableConfig.CHECKSUM.key] = str(table_checksum(props))
     comment = "Updated at " + dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
     storage.write_atomic(PROPERTIES_PATH, dumps(props, comment).encode("utf-8"))
+    drop_checksum_file(storage)
+
+
+def drop_checksum_file(storage: Storage) -> None:
+    """Delete Hadoop's checksum of the old ``hoodie.properties`` (after rewriting it): on local disk
+    Apache Hudi reads through Hadoop's checksummed file system, which fails on a checksum of other
+    content, and reads a file without one unchecked."""
+    if storage.is_local:
+        storage.delete(CHECKSUM_FILE_PATH)

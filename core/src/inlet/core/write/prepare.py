@@ -45,6 +45,11 @@ def check_write_options(options: dict[str, str]) -> None:
     """Parse every write option (:data:`WRITE_OPTION_KEYS`): a malformed value raises
     :class:`~inlet.core.errors.InvalidOptionError` naming key and value, before anything is written."""
     check_options(options, WRITE_OPTION_KEYS)
+    if WriteConfig.METADATA_ENABLE.get(options):
+        raise UnsupportedError(
+            "hoodie.metadata.enable=true: Inlet does not maintain Apache Hudi's metadata table; its "
+            "commits turn a table's metadata table off (Apache Hudi's writers build it again)"
+        )
 
 
 @dataclass

@@ -30,6 +30,7 @@ from inlet.core.commit.protocol import CommitProtocol, check_still_pending, find
 from inlet.core.config import NBCC_MODE, IndexType, TableConfig, TableType, WriteOperation
 from inlet.core.errors import CommitConflictError, InletError, TableNotFoundError
 from inlet.core.storage import Storage
+from inlet.core.table import metadata_table
 from inlet.core.table import properties as props_io
 from inlet.core.timeline.active import Timeline
 from inlet.core.timeline.commit_metadata import CommitMetadata, WriteStat
@@ -588,7 +589,7 @@ class Coordinator:
                 self._check_source_offsets(table, tl, md)
             done = current.with_state(State.COMPLETED, self._next_time(table, tl))
             self._record(tx, table, tl, done, data, request_id or None, md)
-            tl.storage.write_atomic(tl.path_of(done), data)
+            metadata_table.write_completed(tl.storage, tl.path_of(done), data, done.action)
             if md is not None:  # the next commit's conflict check and fence need not read it
                 tl.remember_metadata(done, md)
             return Completion(done, eid), row.age_ms / 1000 + (time.monotonic() - read_at)
