@@ -9,6 +9,11 @@ LINT_PATHS := core proto services tests $(wildcard benchmarks)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(abspath $(VENV))
 
+# Apache Hudi's Spark 3.5 bundles (the oracle test layer, tests/oracle/) run on PySpark 3.5, in a
+# virtualenv of their own: the project's .venv has PySpark 4.3, which no Apache Hudi bundle supports.
+ORACLE_VENV := $(TOOLS)/hudi-oracle
+ORACLE_REQUIREMENTS := tests/oracle/requirements.txt
+
 .PHONY: install demo demo-s3 test test-fast check bench clean proto docs
 
 # The Java parts (Apache Kafka, Hive's metastore, Apache Hudi's Spark bundles) are pinned in
@@ -27,7 +32,7 @@ $(UV):
 # `inlet-services[kerberos]` build against) comes from Debian: installed when missing and allowed
 # (root, apt-get), best effort; without it the one Kerberos test skips and says why.
 KRB5_DEBS := krb5-kdc krb5-admin-server libkrb5-dev
-install: $(UV)
+install: $(UV) $(ORACLE_VENV)/installed
 	@command -v krb5kdc >/dev/null && command -v krb5-config >/dev/null || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && export DEBIAN_FRONTEND=noninteractive && \
 	    timeout 300 apt-get update -qq >/dev/null 2>&1 && \
@@ -36,6 +41,12 @@ install: $(UV)
 	$(UV) sync --locked --all-packages $$(command -v krb5-config >/dev/null && echo --extra kerberos) --python $(PYTHON)
 	@test -x $(VENV)/bin/inlet
 	$(VENV)/bin/python -m inlet.services.stack.maven
+
+# Remade only when the pins change (a stamp file records the install).
+$(ORACLE_VENV)/installed: $(ORACLE_REQUIREMENTS) | $(UV)
+	$(UV) venv -q --allow-existing --python $(PYTHON) $(ORACLE_VENV)
+	$(UV) pip install -q --python $(ORACLE_VENV)/bin/python -r $(ORACLE_REQUIREMENTS)
+	@touch $@
 
 # LAKE=s3 (or `make demo-s3`): the lake in the stack's own SeaweedFS bucket, read and checked over S3;
 # LAKE=s3://BUCKET/PREFIX: an external store (AWS_* environment).

@@ -60,6 +60,8 @@ from inlet.services.stack import EmbeddedDebezium, EmbeddedKafka, EmbeddedPostgr
 # - "stack-spark": the stack on the Spark engine, submitting to a standalone cluster of its own
 #   (test_initial_load.py: a few minutes of JVM starts, mostly waiting on them): beside the "stack"
 #   chain instead of lengthening it. Listed before "stack", whose prefix would take it otherwise.
+# - "oracle": Apache Hudi's own Spark processes (tests/support/apache_hudi.py, one per Apache Hudi
+#   line), started once per run: every module of tests/oracle/ on the one worker that holds them.
 # Every other test module is its own unit (module-scoped fixtures such as a Debezium connector or a
 # metastore are started once), among them the Spark tests that run their JVMs in processes of their
 # own (no session in the worker): they run beside the session's tests, not after them.
@@ -67,6 +69,7 @@ _GROUPS = (
     ("spark", ("tests/integration/catalog_sync/", "tests/spark/")),
     ("stack-spark", ("tests/e2e/replication/test_initial_load.py",)),
     ("stack", ("tests/e2e/replication/", "tests/e2e/demo/")),
+    ("oracle", ("tests/oracle/",)),
 )
 _OWN_JVMS = ("tests/spark/test_spark_cluster.py", "tests/spark/test_spark_write_faults.py")
 
