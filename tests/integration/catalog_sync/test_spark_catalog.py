@@ -1,10 +1,10 @@
 """Spark (local[2], Hive catalog on the embedded metastore) reads what catalog sync registered.
 
 Against Hive Metastore 4.0.1 Spark's built-in Hive client (2.3, also in PySpark 4.3) fails: it reads a
-table with the ``get_table`` Thrift call, which Hive 4.0.1 removed (HIVE-26537), and Spark has no
-Hive 4 client of its own here (``spark.sql.hive.metastore.jars`` would have to name Hive client jars
-of a release that serves ``get_table_req``, which the pom does not resolve yet). The strict xfails
-below pin that: they pass again once Spark reaches the metastore through such a client.
+table with the ``get_table`` Thrift call, which Hive 4.0.1 removed (HIVE-26537). The session reaches the
+metastore through the Hive 3.1.3 client of the pom's ``hive-client`` part instead
+(``spark.sql.hive.metastore.version=3.1.3``, ``spark.sql.hive.metastore.jars=path``: docs/catalog.md),
+which calls ``get_table_req``.
 
 Spark takes a ``spark.sql.sources.provider=hudi`` table's schema from the ``spark.sql.sources.schema.*``
 properties HiveSyncTool writes: the columns below come from those properties (timestamps are ``timestamp``
@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 from inlet.core import HudiTable
 from inlet.core.spark import datasource
 from inlet.services.catalog_sync import MetastoreClient, sync_table
+from inlet.services.stack import maven
 from inlet.services.stack.metastore import EmbeddedMetastore
 
 pytestmark = pytest.mark.slow  # a Spark session with Hive support
@@ -51,6 +52,12 @@ def spark(metastore: EmbeddedMetastore) -> Iterator[SparkSession]:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.hadoop.hive.metastore.uris", metastore.uri)
         .config("spark.sql.warehouse.dir", str(metastore.warehouse_dir))
+        .config("spark.sql.hive.metastore.version", "3.1.3")
+        .config("spark.sql.hive.metastore.jars", "path")
+        .config(
+            "spark.sql.hive.metastore.jars.path",
+            ",".join(jar.as_uri() for jar in maven.classpath("hive-client")),
+        )
         .enableHiveSupport()
         .getOrCreate()
     )
@@ -92,10 +99,6 @@ def synced(tmp_path_factory: pytest.TempPathFactory, metastore: EmbeddedMetastor
     return base
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Spark's Hive 2.3 client calls get_table, which Hive Metastore 4.0.1 removed (HIVE-26537)",
-)
 @pytest.mark.parametrize("name", ["kinds_ro", "kinds_rt", "kinds"])
 def test_spark_sees_the_tables_and_their_schema(spark: SparkSession, synced: Path, name: str) -> None:
     assert {r.tableName for r in spark.sql("SHOW TABLES IN sparkdb").collect()} == {

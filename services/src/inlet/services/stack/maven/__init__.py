@@ -28,7 +28,7 @@ from inlet.services.stack.processes import StackError
 
 POM = Path(__file__).with_name("pom.xml")
 #: The pom's profiles, in the order ``make install`` resolves them.
-PARTS = ("kafka", "metastore", "hudi-1.0", "hudi-1.2")
+PARTS = ("kafka", "metastore", "hive-client", "hudi-1.0", "hudi-1.2")
 MAVEN_ENV = "INLET_MAVEN"
 MAVEN_REPO_ENV = "INLET_MAVEN_REPO"
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
