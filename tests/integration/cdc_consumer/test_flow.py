@@ -64,8 +64,9 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
                 v["op"],
             )
 
-    # the topics it creates take this replication factor (the default: the broker's own)
-    config = make_config(kafka_server.bootstrap, prefix, topic_replication_factor=3)
+    # the topics it creates take this replication factor (the default: the broker's own); the test
+    # broker is one node, which refuses more than 1
+    config = make_config(kafka_server.bootstrap, prefix, topic_replication_factor=1)
     with running(config) as service:
         # events_nopk has no primary key: its changes are skipped (no catalog shows its REPLICA IDENTITY), so nothing (not even an END,
         # which goes only where its changes went) reaches a topic of its own
