@@ -140,6 +140,10 @@ def start_source(server_dir: Path) -> tuple[EmbeddedPostgres, str]:
     return pg, url
 
 
+# Three `up`s of a whole stack (Apache Kafka's, the metastore's and Debezium's JVMs each time) and a
+# partitioned source: 5-7 minutes on a loaded 2-core machine, past pytest's 10-minute default once
+# (the thread timeout then kills the worker); every wait inside has a bound of its own.
+@pytest.mark.timeout(1200)
 def test_stack_up_status_restart_down_and_up_again(server_dir: Path) -> None:
     """``up --source`` loads the rows already in the user's database and replicates what follows,
     through a slot and publication named for --dir; it prints every address and returns once
