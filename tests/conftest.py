@@ -71,7 +71,7 @@ _GROUPS = (
     ("stack", ("tests/e2e/replication/", "tests/e2e/demo/")),
     ("oracle", ("tests/oracle/",)),
 )
-_OWN_JVMS = ("tests/spark/test_spark_cluster.py", "tests/spark/test_spark_write_faults.py")
+_OWN_JVMS = ("tests/spark/test_spark_write_faults.py",)
 
 
 def _group_of(nodeid: str) -> str:

@@ -12,8 +12,8 @@ take that many instead of one taking them all). :meth:`applications` reads the m
 status page. Both processes are stopped (SIGTERM, then SIGKILL) on exit, with the executors the
 worker started (the worker's process group).
 
-Used by tests/spark/test_spark_cluster.py (its driver program is tests/spark/cluster.py) and by the
-stack test of the Spark engine (tests/e2e/replication/test_initial_load.py).
+Used by the stack test of the Spark engine (tests/e2e/replication/test_initial_load.py): the load,
+the writer and the table services run their jobs on it, proving nothing assumes ``local[*]``.
 """
 
 from __future__ import annotations

@@ -64,9 +64,7 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
                 v["op"],
             )
 
-    # the topics it creates take this replication factor (the default: the broker's own); the test
-    # broker is one node, which refuses more than 1
-    config = make_config(kafka_server.bootstrap, prefix, topic_replication_factor=1)
+    config = make_config(kafka_server.bootstrap, prefix)
     with running(config) as service:
         # events_nopk has no primary key: its changes are skipped (no catalog shows its REPLICA IDENTITY), so nothing (not even an END,
         # which goes only where its changes went) reaches a topic of its own
@@ -95,9 +93,6 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
         assert health.status == 200 and json.loads(health.read())["status"] == "ok"
 
     assert topics_with_prefix(kafka_server.bootstrap, f"inlet.changes.{prefix}.") == sorted(out_topics)
-    # (the dead-letter topic: the change topics may have been auto-created by the reader first)
-    dlq = kafka_server.admin().list_topics(timeout=10).topics[config.dlq_topic]
-    assert {len(p.replicas) for p in dlq.partitions.values()} == {3}
     changes = [o for o in out if o.headers["inlet-kind"] == b"change"]
     txs = [o for o in out if o.headers["inlet-kind"] == b"transaction"]
 
@@ -245,6 +240,22 @@ def test_cli_rejects_bad_settings_naming_flag_and_variable(
     assert code == 2 and "--topic-replication-factor: -1 (the broker's default) or at least 1, not 0" in err
     code, err = run("--kafka-bootstrap", "127.0.0.1:1", "--topic", "a", "--consumer-option", "nokeyvalue")
     assert code == 2 and "KEY=VALUE" in err
+
+
+def test_a_replication_factor_the_broker_cannot_grant_stops_the_service_saying_why(
+    kafka_server: EmbeddedKafka,
+) -> None:
+    """The topics the service creates take --topic-replication-factor; a one-node broker refuses 2, and
+    the service stops at once naming the topic and the broker's reason (no retrying forever)."""
+    import threading
+
+    from inlet.services.cdc_consumer.service import CdcConsumerService, CdcServiceError
+
+    config = make_config(kafka_server.bootstrap, unique_prefix(), topic_replication_factor=2)
+    with pytest.raises(CdcServiceError) as refused:
+        CdcConsumerService(config).run(threading.Event())
+    assert config.dlq_topic in str(refused.value) and "INVALID_REPLICATION_FACTOR" in str(refused.value)
+    assert config.dlq_topic not in kafka_server.admin().list_topics(timeout=10).topics
 
 
 def test_stop_while_no_broker_answers_returns_promptly() -> None:

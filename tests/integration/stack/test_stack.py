@@ -8,11 +8,12 @@ messages with headers through a consumer group.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psycopg
@@ -188,12 +189,20 @@ def test_external_server_mode_uses_the_given_server(postgres_server: EmbeddedPos
         assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (name,)).fetchone() == (0,)
 
 
-def temp_entries(prefix: str) -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob(prefix + "*")}
+@pytest.fixture
+def private_tempdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The process's temporary directory for this test alone (other workers make and remove entries in
+    the shared one meanwhile); readable by PostgreSQL's unprivileged user."""
+    private = Path(tempfile.mkdtemp(prefix="inlet-test-tmp-"))
+    private.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    try:
+        yield private
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
-def test_port_in_use_is_a_clear_error_and_leaves_nothing_behind() -> None:
-    before = temp_entries("inlet-pg-")
+def test_port_in_use_is_a_clear_error_and_leaves_nothing_behind(private_tempdir: Path) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
@@ -202,7 +211,7 @@ def test_port_in_use_is_a_clear_error_and_leaves_nothing_behind() -> None:
         with pytest.raises(StackError, match=f"cannot listen on 127.0.0.1:{port}"):
             server.start()
     assert server.pid is None
-    assert temp_entries("inlet-pg-") == before  # the temporary data directory is gone
+    assert list(private_tempdir.iterdir()) == []  # the temporary data directory is gone
 
 
 # -- Kafka -------------------------------------------------------------------------------------
@@ -330,15 +339,14 @@ def test_own_broker_stops_clean_and_restarts_empty_on_same_port(tmp_path: Path) 
     assert processes_mentioning(str(again_data)) == []
 
 
-def test_kafka_port_in_use_is_a_clear_error_and_leaves_nothing_behind() -> None:
-    before = temp_entries("inlet-kafka-")
+def test_kafka_port_in_use_is_a_clear_error_and_leaves_nothing_behind(private_tempdir: Path) -> None:
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
         with pytest.raises(StackError, match=f"cannot listen on 127.0.0.1:{port}"):
             EmbeddedKafka(port=port).start()
-    assert temp_entries("inlet-kafka-") - before == set()  # its temporary data directory is gone
+    assert list(private_tempdir.iterdir()) == []  # its temporary data directory is gone
 
 
 def test_external_broker_mode_does_not_stop_the_broker(kafka_server: EmbeddedKafka) -> None:

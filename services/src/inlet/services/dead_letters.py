@@ -23,7 +23,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from inlet.services.kafka_topics import PRODUCER_SAFETY, TopicRetention, TopicSpec, ensure_topics
+from inlet.services.kafka_topics import (
+    PRODUCER_SAFETY,
+    TopicRefused,
+    TopicRetention,
+    TopicSpec,
+    ensure_topics,
+)
 
 DEFAULT_TOPIC = "inlet.dlq"
 
@@ -186,6 +192,8 @@ class DeadLetterSink:
             if meta is not None and meta.error is None and meta.partitions:
                 return
             ensure_topics(admin, [TopicSpec(self.topic, 1, config=self.retention.configs())])
+        except TopicRefused as e:
+            raise DeadLetterError(str(e)) from e
         except KafkaException as e:
             err = e.args[0] if e.args else None
             if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):

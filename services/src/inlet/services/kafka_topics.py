@@ -24,6 +24,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from inlet.core.errors import InletError
 from inlet.services.runtime import Setting
 
 #: What every Inlet producer's settings start from (a service may add, never weaken these).
@@ -104,6 +105,27 @@ class TopicRetention:
         }
 
 
+class TopicRefused(InletError):
+    """The broker refuses to create a topic as asked (a replication factor above its broker count, a bad
+    config, no authorization...): asking again cannot help, so the service stops and says why."""
+
+
+# What asking again cannot change (anything else, a timeout or a broker away, is worth a retry).
+_REFUSALS = frozenset(
+    {
+        KafkaError.INVALID_REPLICATION_FACTOR,
+        KafkaError.INVALID_PARTITIONS,
+        KafkaError.INVALID_CONFIG,
+        KafkaError.INVALID_REPLICA_ASSIGNMENT,
+        KafkaError.INVALID_REQUEST,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     """One topic to create: partitions, replication factor (``None``: the broker's default) and configs."""
@@ -117,8 +139,9 @@ class TopicSpec:
 def ensure_topics(admin: AdminClient, specs: Sequence[TopicSpec], *, timeout_s: float = 30.0) -> set[str]:
     """Create each topic of ``specs`` that does not exist; returns the names created now.
 
-    A topic that exists already (made by another process meanwhile, too) is left as it is. Any other
-    error raises the :class:`KafkaException` of the first topic that failed.
+    A topic that exists already (made by another process meanwhile, too) is left as it is. A refusal
+    that asking again cannot change raises :class:`TopicRefused` naming the topic and the broker's
+    reason; any other error (worth a retry) the :class:`KafkaException` of the first topic that failed.
     """
     if not specs:
         return set()
@@ -139,6 +162,12 @@ def ensure_topics(admin: AdminClient, specs: Sequence[TopicSpec], *, timeout_s: 
             created.add(name)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
-            if not (isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+            if not isinstance(error, KafkaError):
+                raise
+            if error.code() in _REFUSALS:
+                raise TopicRefused(
+                    f"the broker refuses to create topic {name}: {error.str()} ({error.name()})"
+                ) from exc
+            if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created

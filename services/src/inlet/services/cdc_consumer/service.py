@@ -54,7 +54,7 @@ from inlet.services.cdc_consumer.errors import DecodeError
 from inlet.services.cdc_consumer.metrics import CdcMetrics
 from inlet.services.cdc_consumer.settings import CdcConfig, valid_topic_name
 from inlet.services.cdc_consumer.tx_ends import ParkedEnd, TransactionEnds
-from inlet.services.kafka_topics import PRODUCER_SAFETY, TopicSpec, ensure_topics
+from inlet.services.kafka_topics import PRODUCER_SAFETY, TopicRefused, TopicSpec, ensure_topics
 from inlet.services.logs import log_event
 from inlet.services.runtime import HttpEndpoint, serve_http
 
@@ -677,7 +677,10 @@ class CdcConsumerService:
                         else self.config.topic_replication_factor,
                         config=self.config.retention.configs(),
                     )
-                    ensure_topics(admin, [spec], timeout_s=30.0)
+                    try:
+                        ensure_topics(admin, [spec], timeout_s=30.0)
+                    except TopicRefused as e:
+                        raise CdcServiceError(str(e)) from e
                     created = True
             except KafkaException as e:
                 if time.monotonic() > deadline:
