@@ -53,23 +53,34 @@ import pytest
 
 from inlet.services.stack import EmbeddedDebezium, EmbeddedKafka, EmbeddedPostgres
 
-# Work units of a parallel run, first the longest (each goes to one worker, in this order):
+# Work units of a parallel run, handed out in this order, the longest first (each unit goes to one
+# worker; a test belongs to the group of its longest matching prefix):
 # - "spark": one Spark session per worker; the catalog tests' Hive-enabled session must be stopped
 #   before tests/spark's session starts (getOrCreate would hand one to the other), so they go first.
 # - "stack": the end-to-end replication tests and the demo, each starting whole stacks: one at a time.
-# - "stack-spark": the stack on the Spark engine, submitting to a standalone cluster of its own
-#   (test_initial_load.py: a few minutes of JVM starts, mostly waiting on them): beside the "stack"
-#   chain instead of lengthening it. Listed before "stack", whose prefix would take it otherwise.
+# - "spark-interop": the longest Spark modules, in a second worker's Spark session of its own (about
+#   half the Spark tests' time: one unit of all of them was the run's critical path).
 # - "oracle": Apache Hudi's own Spark processes (tests/support/apache_hudi.py, one per Apache Hudi
 #   line), started once per run: every module of tests/oracle/ on the one worker that holds them.
+# - "stack-spark": the stack on the Spark engine, submitting to a standalone cluster of its own
+#   (test_initial_load.py: a few minutes of JVM starts, mostly waiting on them): beside the "stack"
+#   chain instead of lengthening it.
 # Every other test module is its own unit (module-scoped fixtures such as a Debezium connector or a
 # metastore are started once), among them the Spark tests that run their JVMs in processes of their
 # own (no session in the worker): they run beside the session's tests, not after them.
 _GROUPS = (
     ("spark", ("tests/integration/catalog_sync/", "tests/spark/")),
-    ("stack-spark", ("tests/e2e/replication/test_initial_load.py",)),
     ("stack", ("tests/e2e/replication/", "tests/e2e/demo/")),
+    (
+        "spark-interop",
+        (
+            "tests/spark/test_spark_interop.py",
+            "tests/spark/test_spark_read.py",
+            "tests/spark/test_engine_input_parity.py",
+        ),
+    ),
     ("oracle", ("tests/oracle/",)),
+    ("stack-spark", ("tests/e2e/replication/test_initial_load.py",)),
 )
 _OWN_JVMS = ("tests/spark/test_spark_write_faults.py",)
 
@@ -78,10 +89,8 @@ def _group_of(nodeid: str) -> str:
     module = nodeid.split("::", 1)[0]
     if module in _OWN_JVMS:
         return module
-    for group, prefixes in _GROUPS:
-        if nodeid.startswith(prefixes):
-            return group
-    return module
+    matches = [(len(p), group) for group, prefixes in _GROUPS for p in prefixes if nodeid.startswith(p)]
+    return max(matches)[1] if matches else module
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -104,12 +104,11 @@ def test_cow_schema_evolution(spark_harness: Callable[..., Any]) -> None:
 # ------------------------------------------------------------------------------ Merge-on-Read
 
 
-@pytest.mark.parametrize("partitioned", [True, False], ids=["partitioned", "non-partitioned"])
-def test_mor_event_time_story(spark_mor: Callable[..., Any], partitioned: bool) -> None:
+def test_mor_event_time_story(spark_mor: Callable[..., Any]) -> None:
     """Log appends (updates in and out of order, deletes of both kinds, re-inserts) on the simple
-    index; the Avro data blocks of partitioned tables, Parquet ones otherwise."""
-    h = spark_mor(partitioned=partitioned, block_format="avro" if partitioned else "parquet")
-    mor.run_event_time_story(h, partitioned)
+    index of a partitioned table, in Avro data blocks (Parquet ones: the bucket-index test below)."""
+    h = spark_mor(partitioned=True, block_format="avro")
+    mor.run_event_time_story(h, True)
     logs = [s for r in h.results for s in r.metadata.write_stats() if mor.LogFile.parse(s.path)]
     assert logs and any(s.num_deletes for s in logs) and any(s.num_update_writes for s in logs)
     h.check()
@@ -121,9 +120,10 @@ def test_mor_bucket_index_and_commit_time(spark_mor: Callable[..., Any]) -> None
     mor.test_bucket_index_bulk_insert_writes_base_files(spark_mor)
 
 
-@pytest.mark.parametrize("index", ["simple", "bucket"])
-def test_mor_replace_operations(spark_mor: Callable[..., Any], index: str) -> None:
-    mor.test_replace_operations_replace_file_groups_with_logs(spark_mor, index)
+def test_mor_replace_operations(spark_mor: Callable[..., Any]) -> None:
+    """On the bucket index (the simple index's replace operations: tests/interop, one engine's
+    file groups being the other's, tests/spark/test_engine_input_parity.py)."""
+    mor.test_replace_operations_replace_file_groups_with_logs(spark_mor, "bucket")
 
 
 def test_mor_small_files_and_read_optimized(spark_mor: Callable[..., Any]) -> None:

@@ -194,23 +194,3 @@ def test_compaction_between_batches(start_writer, kafka_server, kafka_bootstrap,
     )
     ranges = [parse_ranges(c[2][RANGES_KEY])[1][0] for c in commits(path) if RANGES_KEY in c[2]]
     assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
-
-
-def test_spark_engine(start_writer, kafka_server, kafka_bootstrap, lake, prefix):
-    src = Source(prefix)
-    kafka_server.create_topic(src.topic, partitions=1)
-    produce(
-        kafka_bootstrap,
-        src.topic,
-        [src.insert(id=i, name=f"n{i}", note="x", amount=i) for i in range(10)]
-        + [src.update(id=3, name="u", note="y", amount=33), src.delete(id=4, name="", note="", amount=0)],
-    )
-    w = start_writer(engine="spark", batch_interval_ms=500, spark_conf={"spark.sql.shuffle.partitions": "2"})
-    path = table_path(lake, src)
-    wait_for(
-        lambda: read_rows(path, ["id", "name", "note", "amount"], ["id"]) == src.expected(),
-        timeout_s=300,
-        what="spark rows",
-    )
-    assert parse_checkpoint(commits(path)[-1][2][CHECKPOINT_KEY]) == (src.topic, {0: 12})
-    w.stop()
