@@ -7,6 +7,7 @@ Executors' Python workers run this interpreter (``PYSPARK_PYTHON``), so they imp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -43,4 +44,5 @@ def spark() -> Iterator[SparkSession]:
     session = spark_builder().getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     yield session
-    session.stop()
+    with contextlib.suppress(ConnectionError):  # its JVM is gone already: nothing to stop
+        session.stop()

@@ -433,10 +433,6 @@ class CdcConsumerService:
                         for p, counted in enumerate(acks):
                             self._produce(batch, out_topic, value, b"", headers, p, counted, source=m)
                     else:
-                        # the topic exists before its first record (with --output-partitions and the
-                        # retention settings): a record for a missing topic has the broker create it
-                        # with its own defaults, one partition
-                        self._output_partitions(out_topic)
                         tx_id = change.transaction.id
                         on_delivery = ends.change_ack(ack, (table, tx_id)) if tx_id else ack
                         batch.pending += 1
