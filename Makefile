@@ -91,7 +91,7 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --no-loadscope-reorder
 PYTEST_ARGS ?=
 
 # --durations: every run lists its 25 slowest phases, so a test that grows shows up in CI's log.
-# The suite takes ~35 minutes here (over its 20-minute budget since Apache Kafka, Hive's metastore 4
+# The suite takes ~40 minutes here (over its 20-minute budget since Apache Kafka, Hive's metastore 4
 # and Apache Hudi's Spark processes replaced the stand-ins: being cut down); past 75 it is
 # interrupted (SIGINT: pytest still prints what failed), so a stalled run says why inside CI's 90
 # minutes instead of being cut off silently.
