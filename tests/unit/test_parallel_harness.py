@@ -40,7 +40,12 @@ def test_a_crashed_worker_fails_its_test_ends_its_processes_and_the_run_goes_on(
     done = subprocess.run(
         [*argv, "--basetemp", str(tmp_path / "basetemp"), "--rootdir", str(project), str(project)],
         cwd=project,
-        env={**os.environ, "CHILD_PID_FILE": str(pid_file)},
+        # not this run's xdist marks: the nested run's controller ends the processes carrying its
+        # run's marks, and with ours it killed this worker's servers (its Spark JVM, once, in CI)
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")},
+            "CHILD_PID_FILE": str(pid_file),
+        },
         capture_output=True,
         text=True,
         timeout=180,  # xdist's own scheduling waited forever here
