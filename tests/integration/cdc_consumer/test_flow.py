@@ -116,9 +116,10 @@ def test_every_change_reaches_its_table_topic_in_order(kafka_server: EmbeddedKaf
     assert dict(seen) == dict.fromkeys(non_truncate, 1)
     # a TRUNCATE reaches every partition of its table
     truncates = [o for o in changes if pb.ChangeRecord.FromString(o.value).change.op == pb.OPERATION_TRUNCATE]
-    # (of the partitions its topic has: a change topic whose first record is a change, not a TRUNCATE,
-    # is auto-created by Apache Kafka with the broker's one partition, not --output-partitions; creating
-    # it first broke the output-outage and torture tests, which an empty broker re-creates it in)
+    # (to every partition its topic has. A known bug: a change topic whose first record is a change,
+    # not a TRUNCATE, is auto-created by Apache Kafka with the broker's one partition instead of
+    # --output-partitions; creating it before the first change broke the output-outage test, whose
+    # broker comes back empty, and was backed out)
     parts = kafka_server.admin().list_topics(timeout=10).topics[truncates[0].topic].partitions
     assert sorted(o.partition for o in truncates) == sorted(parts)
 

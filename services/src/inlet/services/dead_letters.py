@@ -192,12 +192,10 @@ class DeadLetterSink:
             if meta is not None and meta.error is None and meta.partitions:
                 return
             ensure_topics(admin, [TopicSpec(self.topic, 1, config=self.retention.configs())])
-        except TopicRefused as e:
+        except TopicRefused as e:  # (ensure_topics leaves a topic another process made meanwhile)
             raise DeadLetterError(str(e)) from e
         except KafkaException as e:
-            err = e.args[0] if e.args else None
-            if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
-                raise DeadLetterError(f"cannot create the dead-letter topic {self.topic}: {e}") from e
+            raise DeadLetterError(f"cannot create the dead-letter topic {self.topic}: {e}") from e
 
     def producer_settings(self) -> dict[str, Any]:
         """The letters' producer: the given settings, then :data:`PRODUCER_SAFETY` (idempotent, acks=all)."""
